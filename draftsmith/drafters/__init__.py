@@ -87,3 +87,31 @@ class Proposer(Protocol):
 
     def describe(self) -> dict:
         """A JSON-able description for reports (kind, size, source)."""
+
+
+# --------------------------------------------------------------------------- trained kinds
+# kind -> module. Each module defines:
+#   Config                      dataclass of the kind's options (field docstrings -> --help)
+#   Drafter(nn.Module)          .required_layers: list[int]; .loss(batch, target_head) -> (loss, metrics);
+#                               .save_pretrained(dir); Drafter.from_pretrained(dir);
+#                               .proposer(target) -> Proposer (decode-time view of this drafter)
+#   create(config, target, draft_vocab=None) -> Drafter
+#   load_proposer(folder, target) -> Proposer
+# A saved drafter folder holds config.json with "draftsmith_kind": <kind> and model.safetensors.
+KINDS = {
+    "eagle": "draftsmith.drafters.eagle",
+}
+
+
+def kind_module(kind: str):
+    """The module implementing a trained drafter kind; clear error for unknown kinds."""
+    import difflib
+    import importlib
+
+    from draftsmith.errors import DraftsmithError
+
+    if kind not in KINDS:
+        close = difflib.get_close_matches(kind, list(KINDS), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise DraftsmithError(f"Unknown drafter kind '{kind}'.{hint} Known kinds: {', '.join(KINDS)}.")
+    return importlib.import_module(KINDS[kind])
