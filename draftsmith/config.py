@@ -115,6 +115,11 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
             raise _type_error(key, hint, value)
         return value
     if hint is float:
+        if isinstance(value, str):  # YAML reads `3e-4` (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                raise _type_error(key, hint, value) from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _type_error(key, hint, value)
         return float(value)

