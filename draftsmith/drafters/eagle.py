@@ -1,0 +1,441 @@
+"""EAGLE-3 and EAGLE-1 drafters (DESIGN §3): one decoder layer on top of the target's features.
+
+EAGLE-3: fc(low, mid, high features) -> hidden; attention reads [norm(embed), norm(hidden)] (2H),
+residual on the hidden; draft-vocabulary head; training-time test (TTT) over k steps. EAGLE-1:
+fc(embed, top feature) with bias, no input norm, the target's head, feature regression + 0.1 CE.
+
+Indexing: index t reads feature f_t and token x_{t+1} at position t and predicts x_{t+2}; TTT step
+j at index t runs at position t + j, reads x_{t+1+j}, and learns the target's distribution at
+t+1+j. `loss_mask[s] = 1` marks tokens to learn: a prediction counts when the token it predicts is.
+Weights use the speculators / vLLM EAGLE-3 names (`fc`, `layers.0.*`, `norm`, `lm_head`, `d2t`,
+`t2d`) plus the target's frozen `embed_tokens`, saved so that a drafter folder is self-contained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import (
+    LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb, repeat_kv,
+)
+
+from draftsmith.config import build
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters.tree import TreeSlots, dynamic_tree
+from draftsmith.errors import DraftsmithError
+from draftsmith.eval.verify import target_probs
+
+
+@dataclass
+class Config:
+    """Options of the EAGLE drafter."""
+
+    variant: Literal["eagle3", "eagle1"] = "eagle3"
+    """eagle3 (fused low/mid/high features, TTT, draft-vocabulary head) or eagle1 (top feature, feature regression)"""
+    layers: list[int] | None = None
+    """target feature layers (output-layer ids); default 1, L/2-1, L-4 for eagle3 and L-1 for eagle1"""
+    ttt_steps: int | None = None
+    """training-time-test steps k; default 7 for eagle3, 1 for eagle1"""
+    step_weight: float = 0.8
+    """loss = sum over TTT steps j of step_weight^j * loss_j"""
+    intermediate_size: int | None = None
+    """MLP width of the draft layer; default the target's"""
+    norm_before_residual: bool = False
+    """eagle3: take the residual from the normed hidden instead of the raw one"""
+    init_head_from_target: bool = False
+    """eagle3: start lm_head from the target's lm_head rows of the draft vocabulary (final-norm scale folded in)"""
+    feature_noise: float = 0.1
+    """eagle1: U(-a, a) noise added to the input features during training"""
+    token_loss_weight: float = 0.1
+    """eagle1: weight of the cross-entropy term next to the feature regression"""
+
+    def validate(self) -> None:
+        if self.ttt_steps is not None and self.ttt_steps < 1:
+            raise DraftsmithError(f"eagle: ttt_steps must be at least 1, got {self.ttt_steps}.")
+        if self.layers is not None and self.variant == "eagle3" and len(self.layers) != 3:
+            raise DraftsmithError(f"eagle3 fuses three feature layers; got layers={self.layers}.")
+
+
+# --------------------------------------------------------------------------- the model
+class DraftLayer(nn.Module):
+    """The single decoder layer; the attention itself is the caller's (TTT or cached)."""
+
+    def __init__(self, layer_config: LlamaConfig, config: Config):
+        super().__init__()
+        c, H, eps = layer_config, layer_config.hidden_size, layer_config.rms_norm_eps
+        self.eagle3, self.norm_before_residual = config.variant == "eagle3", config.norm_before_residual
+        self.head_dim, self.kv_groups = c.head_dim, c.num_attention_heads // c.num_key_value_heads
+        width = 2 * H if self.eagle3 else H
+        q_width, kv_width = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+        self.self_attn = nn.ModuleDict({
+            "q_proj": nn.Linear(width, q_width, bias=False), "k_proj": nn.Linear(width, kv_width, bias=False),
+            "v_proj": nn.Linear(width, kv_width, bias=False), "o_proj": nn.Linear(q_width, H, bias=False)})
+        self.mlp = LlamaMLP(layer_config)
+        if self.eagle3:
+            self.input_layernorm = LlamaRMSNorm(H, eps=eps)
+            self.hidden_norm = LlamaRMSNorm(H, eps=eps)
+        self.post_attention_layernorm = LlamaRMSNorm(H, eps=eps)
+
+    def project(self, embeds, hidden, cos, sin):
+        """(q, k, v [B, heads, n, d] with RoPE, not yet repeated for GQA; residual). EAGLE-1: hidden = fc(embed, f)."""
+        x = residual = hidden
+        if self.eagle3:
+            normed = self.hidden_norm(hidden)
+            residual = normed if self.norm_before_residual else hidden
+            x = torch.cat([self.input_layernorm(embeds), normed], dim=-1)
+        batch, n, _ = x.shape
+        q, k, v = (self.self_attn[name](x).view(batch, n, -1, self.head_dim).transpose(1, 2)
+                   for name in ("q_proj", "k_proj", "v_proj"))
+        return (*apply_rotary_pos_emb(q, k, cos, sin), v, residual)
+
+    def finish(self, attention: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """Output projection, residual, MLP block. `attention` [B, heads, n, d]."""
+        batch, _, n, _ = attention.shape
+        hidden = residual + self.self_attn["o_proj"](attention.transpose(1, 2).reshape(batch, n, -1))
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class Drafter(nn.Module):
+    """EAGLE-3 / EAGLE-1 drafter. `forward(batch, target_head)` is the training loss (so DDP wraps it)."""
+
+    def __init__(self, config: Config, layer_config: LlamaConfig):
+        super().__init__()
+        self.eagle3 = config.variant == "eagle3"
+        if config.ttt_steps is None:
+            config = dataclasses.replace(config, ttt_steps=7 if self.eagle3 else 1)
+        self.config, self.layer_config = config, layer_config
+        self.target_info: dict = {}  # target_name, target_architectures: what exporters name as the verifier
+        H, V, N = layer_config.hidden_size, layer_config.vocab_size, layer_config.draft_vocab_size
+        self.last_layer = layer_config.target_num_layers - 1
+        self.embed_tokens = nn.Embedding(V, H).requires_grad_(False)  # the target's, frozen
+        fc_in = 3 * H if self.eagle3 else 2 * H
+        self.fc = nn.Linear(fc_in, H, bias=not self.eagle3)
+        self.layers = nn.ModuleList([DraftLayer(layer_config, config)])
+        self.rotary_emb = LlamaRotaryEmbedding(layer_config)
+        if self.eagle3:
+            self.norm = LlamaRMSNorm(H, eps=layer_config.rms_norm_eps)
+            self.lm_head = nn.Linear(H, N, bias=False)
+        self.register_buffer("d2t", torch.zeros(N, dtype=torch.long))
+        self.register_buffer("t2d", torch.ones(V, dtype=torch.bool))
+
+    @property
+    def required_layers(self) -> list[int]:
+        """What capture must record: the input layers plus the last layer (the training target)."""
+        return list(dict.fromkeys([*self.config.layers, self.last_layer]))
+
+    @property
+    def draft_ids(self) -> torch.Tensor:
+        """Target id of every draft-vocabulary entry (i + d2t[i])."""
+        return torch.arange(self.d2t.numel(), device=self.d2t.device) + self.d2t
+
+    # ---- pieces shared by training and decoding
+    def fuse(self, features: dict[int, torch.Tensor]) -> torch.Tensor:
+        """Step-0 hidden from target features: fc(low, mid, high) for EAGLE-3, the top feature for EAGLE-1."""
+        inputs = torch.cat([features[layer].to(self.fc.weight.dtype) for layer in self.config.layers], dim=-1)
+        return self.fc(inputs) if self.eagle3 else inputs
+
+    def project(self, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor):
+        """Layer inputs for tokens `ids` [B, n] and hidden [B, n, H] at `positions` [B, n]: (q, k, v, residual)."""
+        embeds = self.embed_tokens(ids).to(hidden.dtype)
+        if not self.eagle3:
+            hidden = self.fc(torch.cat([embeds, hidden], dim=-1))
+        return self.layers[0].project(embeds, hidden, *self.rotary_emb(hidden, positions))
+
+    def logits(self, hidden: torch.Tensor, target_head) -> torch.Tensor:
+        """Draft logits: over the draft vocabulary (EAGLE-3) or the target's (EAGLE-1, target head)."""
+        return self.lm_head(self.norm(hidden)) if self.eagle3 else target_head(hidden)
+
+    def step(self, ids, hidden, positions, past=None, mask=None):
+        """One cached pass over n inputs attending to `past` (keys, values) and themselves, as `mask`
+        [n, past+n] allows (None: everything). Returns (output hidden, past + new (keys, values))."""
+        q, k, v, residual = self.project(ids, hidden, positions)
+        keys, values = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+        groups = self.layers[0].kv_groups
+        attention = F.scaled_dot_product_attention(q, repeat_kv(keys, groups), repeat_kv(values, groups), mask)
+        return self.layers[0].finish(attention, residual), (keys, values)
+
+    # ---- training
+    def ttt_forward(self, input_ids, features, attention_mask=None, steps=None) -> list[torch.Tensor]:
+        """Training-time test: the output hidden [B, S, H] of every step (step j at index t = position t + j)."""
+        steps = steps or self.config.ttt_steps
+        batch, length = input_ids.shape
+        hidden = self.fuse(features)
+        if not self.eagle3 and self.training and self.config.feature_noise > 0:
+            hidden = hidden + (torch.rand_like(hidden) * 2 - 1) * self.config.feature_noise
+        index = torch.arange(length, device=input_ids.device)
+        # Step-0 keys: causal, padding hidden (a query always sees itself, so no row is empty).
+        sees = index[None, :] <= index[:, None]
+        if attention_mask is not None:
+            sees = sees & (attention_mask[:, None, :].bool() | torch.eye(length, dtype=torch.bool, device=index.device))
+        sees = sees.expand(batch, length, length)[:, None]
+        keys, values, outputs = [], [], []
+        for j in range(steps):
+            ids = torch.zeros_like(input_ids)
+            ids[:, : max(length - 1 - j, 0)] = input_ids[:, 1 + j :]  # x_{t+1+j}; beyond the end: unused
+            q, k, v, residual = self.project(ids, hidden, (index + j).expand(batch, length))
+            groups = self.layers[0].kv_groups
+            keys.append(repeat_kv(k, groups))
+            values.append(repeat_kv(v, groups))
+            hidden = self.layers[0].finish(_ttt_attention(q, keys, values, sees), residual)
+            outputs.append(hidden)
+        return outputs
+
+    def forward(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
+        """Training loss Σ_j step_weight^j loss_j and metrics (loss_j, acc_j: per-step top-1 accuracy)."""
+        features = {int(layer): value for layer, value in batch["features"].items()}
+        outputs = self.ttt_forward(batch["input_ids"], features, batch.get("attention_mask"))
+        last = features[self.last_layer]
+        with torch.no_grad():
+            target_logits = target_head(last).float()
+            target_ids = target_logits.argmax(-1)
+            # The target distribution restricted to the draft vocabulary (all of it for EAGLE-1), renormalised.
+            target_p = torch.softmax(target_logits[..., self.draft_ids], dim=-1)
+            in_vocab = self.t2d[target_ids]
+        loss_mask, length = batch["loss_mask"].bool(), target_ids.shape[1]
+        total, metrics = target_logits.new_zeros(()), {}
+        for j, hidden in enumerate(outputs):
+            n = length - 2 - j  # indices t whose predicted token x_{t+2+j} is inside the sequence
+            if n <= 0:
+                break
+            seen = slice(1 + j, 1 + j + n)  # the target's positions t+1+j
+            counted = loss_mask[:, 2 + j : 2 + j + n]
+            logits = self.logits(hidden[:, :n], target_head).float()
+            step_loss = -(target_p[:, seen] * torch.log_softmax(logits, -1)).sum(-1)
+            if not self.eagle3:
+                regression = F.smooth_l1_loss(hidden[:, :n].float(), last[:, seen].float(), reduction="none").mean(-1)
+                step_loss = regression + self.config.token_loss_weight * step_loss
+            step_loss = _masked_mean(step_loss, counted & in_vocab[:, seen])
+            total = total + self.config.step_weight**j * step_loss
+            guess = self.draft_ids[logits.argmax(-1)]
+            metrics[f"loss_{j}"] = float(step_loss.detach())
+            metrics[f"acc_{j}"] = float(_masked_mean((guess == target_ids[:, seen]).float(), counted))
+        metrics["loss"] = float(total.detach())
+        return total, metrics
+
+    def loss(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
+        """The training loss and metrics (calls `forward`, so wrappers such as DDP see the call)."""
+        return self(batch, target_head)
+
+    # ---- saving
+    def save_pretrained(self, folder: str | Path) -> None:
+        """config.json (draftsmith_kind, options, draft-layer LlamaConfig) + model.safetensors."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        meta = {"draftsmith_kind": "eagle", "config": dataclasses.asdict(self.config),
+                "transformer_layer_config": self.layer_config.to_dict(), **self.target_info}
+        (folder / "config.json").write_text(json.dumps(meta, indent=2, default=str))
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
+                  str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path) -> Drafter:
+        """Load a folder written by `save_pretrained`."""
+        folder = Path(folder)
+        if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+            raise DraftsmithError(f"'{folder}' is not a drafter folder: it needs config.json and model.safetensors.")
+        meta = json.loads((folder / "config.json").read_text())
+        if meta.get("draftsmith_kind") != "eagle":
+            raise DraftsmithError(f"'{folder}' holds a '{meta.get('draftsmith_kind')}' drafter, not an eagle one.")
+        drafter = cls(build(Config, meta["config"]), LlamaConfig.from_dict(meta["transformer_layer_config"]))
+        drafter.load_state_dict(load_file(str(folder / "model.safetensors")))
+        drafter.target_info = {k: meta[k] for k in ("target_name", "target_architectures") if k in meta}
+        return drafter
+
+    def proposer(self, target, generator: torch.Generator | None = None) -> EagleProposer:
+        """The decode-time view of this drafter for `target`."""
+        return EagleProposer(self, target, generator)
+
+
+def _ttt_attention(q, keys, values, sees) -> torch.Tensor:
+    """Step-j attention: step-0 keys as `sees` allows, plus every later step's key at the query's own index.
+
+    Those are a diagonal: scored as row-wise dot products, joined to the step-0 scores in one softmax."""
+    scale = q.shape[-1] ** -0.5
+    scores = (q @ keys[0].transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~sees, float("-inf"))
+    diagonal = [(q * k).sum(-1, keepdim=True) * scale for k in keys[1:]]
+    probs = torch.softmax(torch.cat([scores, *diagonal], dim=-1).float(), dim=-1).to(q.dtype)
+    length = scores.shape[-1]
+    out = probs[..., :length] @ values[0]
+    for i, v in enumerate(values[1:]):
+        out = out + probs[..., length + i : length + i + 1] * v
+    return out
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+# --------------------------------------------------------------------------- building
+def create(config: Config, target, draft_vocab=None) -> Drafter:
+    """A fresh drafter for `target`; `draft_vocab` (with `.d2t`, `.t2d`) restricts EAGLE-3's head."""
+    config = dataclasses.replace(config)
+    eagle3 = config.variant == "eagle3"
+    if config.layers is None:
+        config.layers = target.default_eagle3_layers() if eagle3 else [target.num_layers - 1]
+    config.validate()
+    if not eagle3 and config.layers != [target.num_layers - 1]:
+        raise DraftsmithError(f"eagle1 reads the target's last layer ({target.num_layers - 1}); got {config.layers}.")
+    d2t, t2d = _draft_vocab(draft_vocab if eagle3 else None, target.vocab_size)
+    drafter = Drafter(config, _layer_config(target, config, d2t.numel())).to(target.device)
+    architectures = getattr(target.config, "architectures", None) or [type(target.model).__name__]
+    drafter.target_info = {"target_name": target.name, "target_architectures": list(architectures)}
+    with torch.no_grad():
+        drafter.d2t.copy_(d2t)
+        drafter.t2d.copy_(t2d)
+        drafter.embed_tokens.weight.copy_(target.model.get_input_embeddings().weight)
+        if eagle3 and config.init_head_from_target:
+            # final_norm(ones) is the norm's per-channel scale, so norm(h) @ W.T matches the target's head.
+            scale = target.final_norm(torch.ones(1, target.hidden_size, device=target.device, dtype=target.dtype))
+            head = target.model.get_output_embeddings().weight[drafter.draft_ids]
+            drafter.lm_head.weight.copy_(head * scale.float())
+    return drafter
+
+
+def _draft_vocab(draft_vocab, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d2t, t2d) of a draft vocabulary, checked against each other; None = the full vocabulary."""
+    if draft_vocab is None:
+        return torch.zeros(vocab_size, dtype=torch.long), torch.ones(vocab_size, dtype=torch.bool)
+    d2t, t2d = draft_vocab.d2t.long().cpu(), draft_vocab.t2d.bool().cpu()
+    used = torch.arange(d2t.numel()) + d2t
+    if t2d.numel() != vocab_size or not torch.equal(used, t2d.nonzero().flatten()):
+        raise DraftsmithError(
+            f"The draft vocabulary is inconsistent: t2d ({t2d.numel()} entries, target vocabulary {vocab_size}) must "
+            f"mark exactly the tokens i + d2t[i] of its {d2t.numel()} entries. Rebuild it with `draftsmith prepare`.")
+    return d2t, t2d
+
+
+def _layer_config(target, config: Config, draft_vocab_size: int) -> LlamaConfig:
+    """The draft layer's LlamaConfig, shaped like one of the target's layers."""
+    tc = target.config
+    heads, get = tc.num_attention_heads, lambda key, default: getattr(tc, key, None) or default
+    rope = get("rope_parameters", {"rope_type": "default", "rope_theta": get("rope_theta", 1e4)})
+    rope = rope.get("full_attention", rope)  # models with per-layer-type rope settings
+    return LlamaConfig(
+        hidden_size=target.hidden_size, intermediate_size=config.intermediate_size or tc.intermediate_size,
+        num_hidden_layers=1, num_attention_heads=heads, head_dim=get("head_dim", target.hidden_size // heads),
+        num_key_value_heads=get("num_key_value_heads", heads), rms_norm_eps=get("rms_norm_eps", 1e-6),
+        hidden_act=get("hidden_act", "silu"), rope_parameters=dict(rope),
+        max_position_embeddings=tc.max_position_embeddings, vocab_size=target.vocab_size, tie_word_embeddings=False,
+        draft_vocab_size=draft_vocab_size, target_num_layers=target.num_layers, target_hidden_size=target.hidden_size,
+    )
+
+
+def load_proposer(folder: str | Path, target) -> EagleProposer:
+    """A saved drafter folder as a Proposer for `target` (checked to have matching sizes)."""
+    drafter = Drafter.from_pretrained(folder)
+    lc = drafter.layer_config
+    sizes = (target.hidden_size, target.vocab_size, target.num_layers)
+    if (lc.target_hidden_size, lc.vocab_size, lc.target_num_layers) != sizes:
+        raise DraftsmithError(
+            f"The drafter in '{folder}' was trained for a target with hidden size {lc.target_hidden_size}, vocabulary "
+            f"{lc.vocab_size}, {lc.target_num_layers} layers; '{target.name}' has {target.hidden_size}, "
+            f"{target.vocab_size}, {target.num_layers}.")
+    return drafter.to(target.device, target.dtype).proposer(target)  # bf16 targets draft in bf16 too
+
+
+# --------------------------------------------------------------------------- decoding
+class EagleProposer:
+    """Drafts chains or EAGLE-2 trees; keeps the drafter's keys/values for committed positions."""
+
+    def __init__(self, drafter: Drafter, target, generator: torch.Generator | None = None):
+        self.drafter, self.target, self.generator = drafter.eval(), target, generator
+        self.required_layers = list(drafter.config.layers)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the previous request."""
+        self.past = None  # (keys, values) [1, kv_heads, R, d]: index t made from f_t and x_{t+1}
+        self.cached = torch.zeros(0, dtype=torch.long)  # the tokens x_0..x_R those entries came from
+
+    def describe(self) -> dict:
+        trained = sum(p.numel() for p in self.drafter.parameters() if p.requires_grad)
+        return {"kind": "eagle", **dataclasses.asdict(self.drafter.config),
+                "draft_vocab_size": int(self.drafter.d2t.numel()), "parameters": trained}
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.target.head(hidden.to(self.target.dtype))
+
+    @torch.no_grad()
+    def _catch_up(self, state: DecodeState) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Crop the cache to what still matches `state`, run the new committed positions; only committed
+        positions are cached, so entries made from draft hiddens are always recomputed from real features.
+        Returns (output hidden [1, 1, H], next-token logits, position of the last index)."""
+        tokens = state.tokens[0].cpu()
+        length = tokens.numel()
+        if length < 2:
+            raise DraftsmithError("The EAGLE drafter needs two committed tokens (one target feature) to draft.")
+        common = min(self.cached.numel(), length)
+        same = int(torch.cumprod((self.cached[:common] == tokens[:common]).long(), 0).sum())
+        keep = max(0, min(same - 1, length - 2, 0 if self.past is None else self.past[0].shape[2]))
+        device = self.drafter.d2t.device
+        features = {layer: state.features[layer][:, keep : length - 1].to(device) for layer in self.required_layers}
+        ids = tokens[keep + 1 :][None].to(device)
+        positions = torch.arange(keep, length - 1, device=device)[None]
+        past = None if keep == 0 else (self.past[0][:, :, :keep], self.past[1][:, :, :keep])
+        n = length - 1 - keep
+        mask = torch.ones(n, keep + n, dtype=torch.bool, device=device).tril(keep)
+        hidden, self.past = self.drafter.step(ids, self.drafter.fuse(features), positions, past, mask)
+        self.cached = tokens.clone()
+        hidden = hidden[:, -1:]
+        return hidden, self.drafter.logits(hidden, self._head)[0, -1].float(), length - 2
+
+    @torch.no_grad()
+    def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
+        """A chain of `shape.length` tokens, or an EAGLE-2 tree when `shape.tree` is set."""
+        if shape.tree is not None:
+            tokens, parents, _ = self.tree(state, *shape.tree)
+            return Draft(tokens, parents)
+        hidden, logits, position = self._catch_up(state)
+        past, drafted, probs = self.past, [], []
+        for i in range(shape.length):
+            token, q = self._choose(logits, sampling)
+            drafted.append(token)
+            probs.append(q)
+            if i + 1 == shape.length:
+                break
+            pos = torch.tensor([[position + 1 + i]], device=token.device)
+            hidden, past = self.drafter.step(token.view(1, 1), hidden, pos, past)
+            logits = self.drafter.logits(hidden, self._head)[0, -1].float()
+        tokens = torch.stack(drafted).cpu() if drafted else state.tokens[0, :0]
+        return Draft(tokens, probs=None if sampling.greedy or not drafted else torch.stack(probs).cpu())
+
+    def _choose(self, logits: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Next token (target id) and, when sampling, the processed distribution over the target vocabulary."""
+        if sampling.greedy:
+            return self.drafter.draft_ids[logits.argmax(-1)], None
+        full = logits.new_full((self.drafter.t2d.numel(),), float("-inf"))
+        q = target_probs(full.index_copy(0, self.drafter.draft_ids, logits)[None], sampling)[0]
+        return torch.multinomial(q, 1, generator=self.generator)[0], q
+
+    @torch.no_grad()
+    def tree(self, state: DecodeState, depth: int, top_k: int, total_tokens: int):
+        """EAGLE-2 dynamic tree: (tokens [n] target ids, parents [n], cumulative log-probs [n])."""
+        root_hidden, logits, position = self._catch_up(state)
+        slots, past = TreeSlots(), self.past
+        hiddens = root_hidden  # slot s sits at s + 1; the root's output at 0
+        committed = self.past[0].shape[2]
+
+        def grow(node_ids, draft_tokens, parent_ids):
+            nonlocal past, hiddens
+            parent_slots, depths, sees = slots.add(node_ids, parent_ids)
+            device = root_hidden.device
+            parent_hidden = hiddens[:, (parent_slots + 1).to(device)]
+            mask = torch.cat([torch.ones(len(node_ids), committed, dtype=torch.bool), sees], 1).to(device)
+            ids = self.drafter.draft_ids[draft_tokens.to(device)][None]
+            out, past = self.drafter.step(ids, parent_hidden, (position + depths.to(device))[None], past, mask)
+            hiddens = torch.cat([hiddens, out], 1)
+            return torch.log_softmax(self.drafter.logits(out, self._head)[0].float(), -1).cpu()
+
+        tokens, parents, scores = dynamic_tree(torch.log_softmax(logits, -1).cpu(), grow, depth, top_k, total_tokens)
+        return self.drafter.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores

@@ -1,0 +1,769 @@
+"""`draftsmith export`: ship a trained EAGLE-3 drafter in the folder layouts serving engines load.
+
+Formats (DESIGN §4):
+- `speculators`: the vLLM / speculators layout (`speculators_model_type: "eagle3"`,
+  `transformer_layer_config`, `speculators_config`; weights `fc`, `layers.0.*`, `norm`, `lm_head`,
+  `d2t`, `t2d`);
+- `sglang`: SGLang's native EAGLE-3 layout (a LlamaConfig with `LlamaForCausalLMEagle3`,
+  `eagle_config`; weights `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`, `t2d`; no embedding).
+
+Engines load these folders leniently: missing aux-layer ids fall back to other layers, a missing
+or wrong `d2t` maps draft tokens to the wrong target tokens, unknown keys are dropped. Each of
+those loads fine and silently collapses acceptance to ~1. So every export is written into a
+staging folder next to the destination, re-read from disk, validated field by field, converted
+back and compared with the checkpoint tensor for tensor, and only then renamed into place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from draftsmith.errors import DraftsmithError
+
+FORMATS = ("speculators", "sglang")
+
+# --------------------------------------------------------------------------- layer-id conventions
+# The one place where each format's layer-id convention is written down (DESIGN §4).
+# draftsmith id i = the output of 0-based decoder layer i.
+# - vLLM collects aux state i as the hidden stream *entering* layer i (= output of layer i-1) and
+#   uses config ids as they are, so the speculators config holds our id + 1.
+# - SGLang adds 1 to the config ids itself before capturing "before layer id+1", so the SGLang
+#   config holds our ids unchanged. Since sgl-project/sglang#25454 (2026-05) it adds 1 only when
+#   the first id is 1 and otherwise reads the ids as capture-before ids; old and new SGLang agree
+#   only when our first layer is 1 (the EAGLE-3 default), so SGLang exports require it.
+# Both engines capture inside the layer loop, before a layer runs, so the output of the last
+# layer (our id L-1) cannot be captured: our ids must lie in 0..L-2.
+LAYER_ID_SHIFT = {"speculators": 1, "sglang": 0}
+
+
+def to_format_layer_ids(fmt: str, layers: list[int]) -> list[int]:
+    """Our output-layer ids -> the ids the format's config must hold."""
+    return [int(i) + LAYER_ID_SHIFT[fmt] for i in layers]
+
+
+def from_format_layer_ids(fmt: str, ids: list[int]) -> list[int]:
+    """The ids a format's config holds -> our output-layer ids."""
+    return [int(i) - LAYER_ID_SHIFT[fmt] for i in ids]
+
+
+SGLANG_FIRST_LAYER = 1  # the one first id that every SGLang version reads the same way
+
+
+def format_layer_id_range(fmt: str, num_target_layers: int) -> range:
+    """Config ids an engine can actually capture for a target with `num_target_layers` layers."""
+    shift = LAYER_ID_SHIFT[fmt]
+    return range(shift, num_target_layers - 1 + shift)
+
+
+# Built-in target aliases -> the hub model they were made from (serving engines need a hub id).
+HUB_IDS = {"smollm2-135m-instruct": ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
+
+
+# --------------------------------------------------------------------------- the checkpoint
+# Keys `draftsmith.drafters.eagle` adds to the draft layer's LlamaConfig; engines take the first two
+# from the top level of their configs and have no use for the third.
+DRAFTSMITH_LAYER_KEYS = ("draft_vocab_size", "target_hidden_size", "target_num_layers")
+# Draft-layer hyperparameters that change what the drafter computes: they must survive an export.
+LAYER_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "hidden_act", "rms_norm_eps", "max_position_embeddings", "rope_parameters", "attention_bias",
+              "mlp_bias", "vocab_size", "draft_vocab_size", "target_hidden_size")
+# Generic PretrainedConfig fields that say nothing about a decoder layer.
+NOISE_KEYS = ("_name_or_path", "id2label", "label2id", "output_hidden_states", "output_attentions",
+              "return_dict", "chunk_size_feed_forward", "is_encoder_decoder", "problem_type")
+
+
+@dataclass
+class Eagle3Checkpoint:
+    """A trained EAGLE-3 drafter folder as `draftsmith.drafters.eagle.Drafter.save_pretrained` writes it.
+
+    config.json = {"draftsmith_kind": "eagle", "config": <eagle Config>, "transformer_layer_config":
+    <draft layer LlamaConfig + draft_vocab_size, target_hidden_size, target_num_layers>}.
+    """
+
+    folder: Path
+    meta: dict
+    tensors: dict[str, torch.Tensor]
+    target_name: str
+
+    @property
+    def options(self) -> dict:
+        return self.meta["config"]
+
+    @property
+    def layer(self) -> dict:
+        return self.meta["transformer_layer_config"]
+
+    @property
+    def target_layers(self) -> list[int]:
+        return [int(i) for i in self.options["layers"]]
+
+    @property
+    def num_target_layers(self) -> int:
+        return int(self.layer["target_num_layers"])
+
+    @property
+    def target_hidden_size(self) -> int:
+        return int(self.layer["target_hidden_size"])
+
+    @property
+    def target_vocab_size(self) -> int:
+        return int(self.layer["vocab_size"])
+
+    @property
+    def draft_vocab_size(self) -> int:
+        return int(self.layer["draft_vocab_size"])
+
+    @property
+    def norm_before_residual(self) -> bool:
+        return bool(self.options.get("norm_before_residual", False))
+
+    def layer_config(self) -> dict:
+        """The draft decoder layer as a full LlamaConfig dict (what both engines build their layer from)."""
+        from transformers import LlamaConfig
+
+        fields = {k: v for k, v in self.layer.items() if k not in DRAFTSMITH_LAYER_KEYS}
+        fields.update(num_hidden_layers=1, tie_word_embeddings=False, architectures=["LlamaForCausalLM"])
+        config = LlamaConfig(**fields).to_dict()
+        for key in (*NOISE_KEYS, *DRAFTSMITH_LAYER_KEYS):
+            config.pop(key, None)
+        # Engines on transformers 4.x read `rope_theta` / `rope_scaling`, v5 reads `rope_parameters`;
+        # write both so neither silently falls back to a default theta.
+        rope = config.get("rope_parameters") or {}
+        config["rope_theta"] = rope.get("rope_theta")
+        config["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else dict(rope)
+        return config
+
+    def verifier(self) -> str:
+        """The hub id engines should load as the target."""
+        return HUB_IDS[self.target_name][0] if self.target_name in HUB_IDS else self.target_name
+
+    def verifier_architectures(self) -> list[str]:
+        """The target's architectures when the checkpoint records them (engines use them only as hints)."""
+        return list(self.meta.get("target_architectures") or [])
+
+
+def read_checkpoint(folder: str | Path, target_name: str | None = None) -> Eagle3Checkpoint:
+    """Read a saved draftsmith EAGLE-3 drafter folder (config.json + model.safetensors)."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder).expanduser()
+    config_path, weights_path = folder / "config.json", folder / "model.safetensors"
+    if not config_path.is_file() or not weights_path.is_file():
+        raise DraftsmithError(
+            f"'{folder}' is not a draftsmith drafter checkpoint: it needs config.json and model.safetensors "
+            "(a `best/` or `checkpoint-<step>/drafter/` folder written by `draftsmith train`)."
+        )
+    meta = json.loads(config_path.read_text())
+    kind, options = meta.get("draftsmith_kind"), meta.get("config") or {}
+    if kind != "eagle" or options.get("variant") != "eagle3":
+        raise DraftsmithError(
+            f"Checkpoint '{folder}' is a '{kind}' drafter (variant '{options.get('variant')}'). `draftsmith export` "
+            "writes speculators and SGLang folders for EAGLE-3 drafters only so far; other kinds add their "
+            "formats to this command as they are supported."
+        )
+    layer = meta.get("transformer_layer_config") or {}
+    missing = [k for k in DRAFTSMITH_LAYER_KEYS + ("vocab_size", "hidden_size") if layer.get(k) is None]
+    if missing or not options.get("layers"):
+        raise DraftsmithError(f"Checkpoint '{folder}' lacks {missing or ['config.layers']} in config.json; "
+                              "re-save it with the current draftsmith.")
+    target_name = target_name or meta.get("target_name") or _training_target(folder)
+    if not target_name:
+        raise DraftsmithError(
+            f"Checkpoint '{folder}' does not say which target it was trained for, and engines need the target's "
+            "hub id. Pass it with --verifier HUB_ID (for example HuggingFaceTB/SmolLM2-135M-Instruct)."
+        )
+    return Eagle3Checkpoint(folder, meta, load_file(str(weights_path)), target_name)
+
+
+def _training_target(folder: Path) -> str | None:
+    """The target name recorded by the training run (training.json in the run folder), if any."""
+    from draftsmith.model_card import find_training_info
+
+    return find_training_info(folder).get("target")
+
+
+# --------------------------------------------------------------------------- writers
+def speculators_config(ckpt: Eagle3Checkpoint, speculative_tokens: int) -> dict:
+    """config.json of the speculators (vLLM) EAGLE-3 format."""
+    return {
+        "speculators_model_type": "eagle3",
+        "architectures": ["Eagle3Speculator"],
+        "draft_vocab_size": ckpt.draft_vocab_size,
+        "target_hidden_size": ckpt.target_hidden_size,
+        "eagle_aux_hidden_state_layer_ids": to_format_layer_ids("speculators", ckpt.target_layers),
+        # vLLM defaults this to True when absent; always write it.
+        "norm_before_residual": ckpt.norm_before_residual,
+        "transformer_layer_config": ckpt.layer_config(),
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{
+                "proposal_type": "greedy",
+                "speculative_tokens": speculative_tokens,
+                "verifier_accept_k": 1,
+                "accept_tolerance": 0.0,
+            }],
+            "verifier": {"name_or_path": ckpt.verifier(), "architectures": ckpt.verifier_architectures()},
+        },
+    }
+
+
+def sglang_config(ckpt: Eagle3Checkpoint, speculative_tokens: int) -> dict:
+    """config.json of SGLang's native EAGLE-3 format (speculative_tokens is not part of it)."""
+    if ckpt.norm_before_residual:
+        # SGLang's LlamaForCausalLMEagle3 always keeps the un-normalised hidden as the residual.
+        raise DraftsmithError(
+            "This drafter was trained with norm_before_residual=True, which SGLang's EAGLE-3 layer "
+            "does not implement (it would load and silently compute something else). Export it with "
+            "--format speculators for vLLM instead."
+        )
+    if ckpt.target_layers[0] != SGLANG_FIRST_LAYER:
+        raise DraftsmithError(
+            f"This drafter reads target layers {ckpt.target_layers}. SGLang versions before and after "
+            "sgl-project/sglang#25454 read EAGLE-3 layer ids whose first entry is not 1 differently, so no "
+            "SGLang config can be right for both. Export with --format speculators (vLLM), or train with "
+            f"layers starting at {SGLANG_FIRST_LAYER} (the EAGLE-3 default)."
+        )
+    config = ckpt.layer_config()
+    config.update({
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "num_hidden_layers": 1,
+        "draft_vocab_size": ckpt.draft_vocab_size,
+        "target_hidden_size": ckpt.target_hidden_size,
+        "eagle_config": {
+            "eagle_aux_hidden_state_layer_ids": to_format_layer_ids("sglang", ckpt.target_layers),
+            "use_aux_hidden_state": True,
+        },
+    })
+    return config
+
+
+def drafter_tensors(ckpt: Eagle3Checkpoint) -> dict[str, torch.Tensor]:
+    """The drafter's own tensors. `embed_tokens` is a frozen copy of the target's embedding, which both
+    engines share from the target when the drafter has none, so it is not shipped."""
+    return {name: tensor for name, tensor in ckpt.tensors.items() if name != "embed_tokens.weight"}
+
+
+def speculators_tensors(ckpt: Eagle3Checkpoint) -> dict[str, torch.Tensor]:
+    """Our tensor names already follow the speculators / vLLM layout."""
+    return drafter_tensors(ckpt)
+
+
+def sglang_tensors(ckpt: Eagle3Checkpoint) -> dict[str, torch.Tensor]:
+    """`layers.0.*` -> `midlayer.*` (SGLang's name for its single EAGLE-3 layer)."""
+    return {name.replace("layers.0.", "midlayer.", 1): t for name, t in drafter_tensors(ckpt).items()}
+
+
+WRITERS = {"speculators": (speculators_config, speculators_tensors), "sglang": (sglang_config, sglang_tensors)}
+
+
+def write_format(ckpt: Eagle3Checkpoint, fmt: str, folder: Path, speculative_tokens: int = 3) -> None:
+    """Write config.json + model.safetensors of `fmt` into an existing folder."""
+    from safetensors.torch import save_file
+
+    make_config, make_tensors = WRITERS[fmt]
+    config = make_config(ckpt, speculative_tokens)
+    tensors = {name: t.detach().contiguous().cpu() for name, t in make_tensors(ckpt).items()}
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "model.safetensors").chmod(0o644)  # an export is meant to be shared
+
+
+# --------------------------------------------------------------------------- reading exports back
+def detect_format(config: dict) -> str:
+    """Which export format a config.json belongs to; clear error for anything else."""
+    if config.get("speculators_model_type") == "eagle3":
+        return "speculators"
+    if "LlamaForCausalLMEagle3" in (config.get("architectures") or []):
+        return "sglang"
+    raise DraftsmithError(
+        "This folder is neither a speculators EAGLE-3 export (speculators_model_type 'eagle3') nor "
+        "an SGLang EAGLE-3 export (architectures ['LlamaForCausalLMEagle3'])."
+    )
+
+
+def to_checkpoint(folder: str | Path) -> tuple[str, dict, dict[str, torch.Tensor]]:
+    """An exported folder -> (format, eagle drafter meta, tensors in our names), from engine-visible fields only.
+
+    The meta lacks `target_num_layers` and the tensors lack `embed_tokens` (engines take both from the
+    target); `load_exported` fills them in from the target.
+    """
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    config = json.loads((folder / "config.json").read_text())
+    fmt = detect_format(config)
+    tensors = load_file(str(folder / "model.safetensors"))
+    if fmt == "speculators":
+        layer, ids = config["transformer_layer_config"], config["eagle_aux_hidden_state_layer_ids"]
+        verifier = config["speculators_config"]["verifier"]
+    else:
+        ids = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        layer = {k: v for k, v in config.items() if k not in SGLANG_EXTRA_KEYS}
+        verifier = {}
+        tensors = {name.replace("midlayer.", "layers.0.", 1): t for name, t in tensors.items()}
+    layer = {k: v for k, v in layer.items() if k not in ("rope_theta", "rope_scaling", "architectures")}
+    layer.update(draft_vocab_size=int(config["draft_vocab_size"]),
+                 target_hidden_size=int(config.get("target_hidden_size") or layer["hidden_size"]))
+    meta = {
+        "draftsmith_kind": "eagle",
+        "config": {"variant": "eagle3", "layers": from_format_layer_ids(fmt, ids),
+                   "norm_before_residual": bool(config.get("norm_before_residual", False))},
+        "transformer_layer_config": layer,
+        "target_name": verifier.get("name_or_path"),
+        "target_architectures": verifier.get("architectures", []),
+    }
+    return fmt, meta, tensors
+
+
+def load_exported(folder: str | Path, target):
+    """A speculators or SGLang export -> a Proposer for `target` (what `draftsmith eval --drafter` uses).
+
+    Validated first, so a broken folder fails here with the validator's message instead of drafting badly.
+    """
+    from safetensors.torch import save_file
+
+    from draftsmith.drafters import kind_module
+
+    validate_export(folder, expected=Expected(num_target_layers=target.num_layers,
+                                              target_hidden_size=target.hidden_size,
+                                              target_vocab_size=target.vocab_size))
+    _, meta, tensors = to_checkpoint(folder)
+    meta["transformer_layer_config"]["target_num_layers"] = target.num_layers
+    tensors["embed_tokens.weight"] = target.model.get_input_embeddings().weight.detach().to(tensors["fc.weight"].dtype)
+    with tempfile.TemporaryDirectory(prefix="draftsmith-export-") as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(meta))
+        save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(Path(tmp) / "model.safetensors"))
+        return kind_module("eagle").load_proposer(tmp, target)
+
+
+def is_export(folder: str | Path) -> bool:
+    """True when `folder` holds a speculators or SGLang EAGLE-3 export (for drafter-spec resolvers)."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        return False
+    try:
+        detect_format(json.loads(path.read_text()))
+    except (DraftsmithError, ValueError):
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- validator
+@dataclass
+class Expected:
+    """What the source checkpoint says; fields left None are checked only for plausibility."""
+
+    target_layers: list[int] | None = None  # our convention
+    num_target_layers: int | None = None
+    target_hidden_size: int | None = None
+    target_vocab_size: int | None = None
+
+
+SPECULATORS_KEYS = {"speculators_model_type", "architectures", "draft_vocab_size", "target_hidden_size",
+                    "eagle_aux_hidden_state_layer_ids", "norm_before_residual", "transformer_layer_config",
+                    "speculators_config"}
+SGLANG_EXTRA_KEYS = {"draft_vocab_size", "target_hidden_size", "eagle_config"}
+WEIGHT_FILES = {"config.json", "model.safetensors"}
+CARD_FILES = {"README.md"}
+
+
+class _Problems(list):
+    def need(self, ok: bool, message: str) -> bool:
+        if not ok:
+            self.append(message)
+        return ok
+
+
+def validate_export(folder: str | Path, fmt: str | None = None, expected: Expected | None = None) -> str:
+    """Re-read an exported folder from disk and check every field engines rely on; return its format.
+
+    Raises DraftsmithError listing every problem found.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    folder, expected = Path(folder), expected or Expected()
+    problems = _Problems()
+    _check_files(folder, problems)
+    if problems:
+        _raise(folder, problems)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        tensors = load_file(str(folder / "model.safetensors"))
+    except (ValueError, SafetensorError) as err:
+        raise DraftsmithError(f"Export '{folder}' cannot be read back: {err}") from err
+    found = detect_format(config)
+    if fmt is not None and found != fmt:
+        raise DraftsmithError(f"Export '{folder}' was meant to be in '{fmt}' format but reads as '{found}'.")
+    if found == "speculators":
+        layer = _check_speculators_config(config, problems)
+        ids = config.get("eagle_aux_hidden_state_layer_ids")
+    else:
+        layer = _check_sglang_config(config, problems)
+        ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    _check_layer_config(layer, problems)
+    _check_layer_ids(found, ids, expected, problems)
+    _check_tensors(found, config, layer, tensors, expected, problems)
+    if problems:
+        _raise(folder, problems)
+    return found
+
+
+def _raise(folder: Path, problems: list[str]) -> None:
+    listing = "\n".join(f"  - {p}" for p in problems)
+    raise DraftsmithError(
+        f"Export '{folder}' failed validation; serving engines would load it and silently draft badly:\n{listing}"
+    )
+
+
+def _check_files(folder: Path, problems: _Problems) -> None:
+    for name in sorted(WEIGHT_FILES):
+        problems.need((folder / name).is_file(), f"{name} is missing")
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if path.name in WEIGHT_FILES | CARD_FILES or (path.suffix == ".png" and path.is_file()):
+            continue
+        if path.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".safetensors"):
+            problems.append(f"{path.name}: weights must be a single model.safetensors (safetensors only)")
+        else:
+            problems.append(f"{path.name}: unexpected file in the export")
+
+
+def _check_unknown(keys, allowed: set[str], where: str, problems: _Problems) -> None:
+    unknown = sorted(set(keys) - allowed)
+    problems.need(not unknown, f"unknown keys in {where} (engines drop them silently): {unknown}")
+
+
+def _check_speculators_config(config: dict, problems: _Problems) -> dict:
+    _check_unknown(config, SPECULATORS_KEYS, "config.json", problems)
+    for key in sorted(SPECULATORS_KEYS):
+        problems.need(key in config, f"config.json has no '{key}'")
+    problems.need(isinstance(config.get("norm_before_residual"), bool),
+                  "norm_before_residual must be written explicitly as true/false (vLLM defaults it to true)")
+    problems.need(bool(config.get("architectures")), "architectures is empty")
+    spec = config.get("speculators_config") or {}
+    problems.need(spec.get("algorithm") == "eagle3", "speculators_config.algorithm must be 'eagle3'")
+    methods = spec.get("proposal_methods") or []
+    if problems.need(bool(methods), "speculators_config.proposal_methods is empty"):
+        first = methods[0]
+        tokens = first.get("speculative_tokens")
+        problems.need(isinstance(tokens, int) and tokens >= 1,
+                      f"proposal_methods[0].speculative_tokens must be a positive integer, got {tokens!r}")
+        problems.need(spec.get("default_proposal_method") in [m.get("proposal_type") for m in methods],
+                      "speculators_config.default_proposal_method names no proposal method")
+    verifier = spec.get("verifier") or {}
+    problems.need(bool(verifier.get("name_or_path")), "speculators_config.verifier.name_or_path is missing")
+    problems.need(isinstance(verifier.get("architectures"), list),
+                  "speculators_config.verifier.architectures must be a list")
+    layer = config.get("transformer_layer_config")
+    problems.need(isinstance(layer, dict), "transformer_layer_config must be a LlamaConfig dict")
+    return layer if isinstance(layer, dict) else {}
+
+
+def _check_sglang_config(config: dict, problems: _Problems) -> dict:
+    problems.need(config.get("architectures") == ["LlamaForCausalLMEagle3"],
+                  "architectures must be exactly ['LlamaForCausalLMEagle3']")
+    problems.need("draft_vocab_size" in config,
+                  "config.json has no 'draft_vocab_size' (SGLang would then reuse the target's lm_head)")
+    problems.need("target_hidden_size" in config, "config.json has no 'target_hidden_size'")
+    eagle = config.get("eagle_config")
+    if problems.need(isinstance(eagle, dict), "config.json has no 'eagle_config'"):
+        _check_unknown(eagle, {"eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state"}, "eagle_config", problems)
+        problems.need(eagle.get("use_aux_hidden_state") is True, "eagle_config.use_aux_hidden_state must be true")
+    return {k: v for k, v in config.items() if k not in SGLANG_EXTRA_KEYS}
+
+
+def _llama_keys() -> set[str]:
+    from transformers import LlamaConfig
+
+    return set(LlamaConfig().to_dict()) | {"rope_theta", "rope_scaling", "torch_dtype", "_name_or_path"}
+
+
+def _check_layer_config(layer: dict, problems: _Problems) -> None:
+    _check_unknown(layer, _llama_keys(), "the LlamaConfig", problems)
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+                "rms_norm_eps", "hidden_act", "max_position_embeddings", "rope_theta"):
+        problems.need(layer.get(key) is not None, f"the LlamaConfig has no '{key}'")
+    problems.need(layer.get("model_type") == "llama", "the LlamaConfig's model_type must be 'llama'")
+    problems.need(layer.get("num_hidden_layers") == 1, "num_hidden_layers must be 1")
+    for bias in ("attention_bias", "mlp_bias"):  # the drafter has no biases; engines would allocate random ones
+        problems.need(not layer.get(bias), f"{bias} must be false")
+    problems.need(layer.get("tie_word_embeddings") is False,
+                  "tie_word_embeddings must be false (SGLang would replace lm_head by the embedding)")
+    rope = layer.get("rope_parameters") or {}
+    problems.need(not rope or rope.get("rope_theta") == layer.get("rope_theta"),
+                  "rope_theta disagrees with rope_parameters.rope_theta")
+
+
+def _check_layer_ids(fmt: str, ids, expected: Expected, problems: _Problems) -> None:
+    if not problems.need(isinstance(ids, list) and len(ids) == 3 and all(isinstance(i, int) for i in ids),
+                         f"aux hidden-state layer ids must be a list of three integers, got {ids!r} (without "
+                         "them engines silently fall back to other layers)"):
+        return
+    problems.need(ids == sorted(set(ids)) and len(set(ids)) == 3,
+                  f"aux layer ids {ids} must be distinct and increasing (engines concatenate them in layer order)")
+    if expected.num_target_layers is not None:
+        valid = format_layer_id_range(fmt, expected.num_target_layers)
+        problems.need(all(i in valid for i in ids),
+                      f"aux layer ids {ids} are out of range for a {expected.num_target_layers}-layer target "
+                      f"({fmt} ids run {valid.start}..{valid.stop - 1})")
+    else:
+        problems.need(min(ids) >= LAYER_ID_SHIFT[fmt], f"aux layer id {min(ids)} is below what {fmt} can capture")
+    if fmt == "sglang":
+        problems.need(ids[0] == SGLANG_FIRST_LAYER, f"SGLang aux layer ids must start at {SGLANG_FIRST_LAYER} "
+                      f"(got {ids}): other first ids are read differently by old and new SGLang versions")
+    if expected.target_layers is not None:
+        want = to_format_layer_ids(fmt, expected.target_layers)
+        problems.need(ids == want, f"aux layer ids {ids} do not match the checkpoint's layers "
+                                   f"{expected.target_layers} in {fmt}'s convention ({want})")
+
+
+def _expected_shapes(fmt: str, config: dict, layer: dict) -> dict[str, tuple[int, ...]]:
+    """Every tensor the format holds, with the shape the engine's loader will allocate for it."""
+    def size(source: dict, key: str, default: int = 0) -> int:
+        return int(source.get(key) or default)
+
+    hidden, inter = size(layer, "hidden_size"), size(layer, "intermediate_size")
+    heads, kv_heads = size(layer, "num_attention_heads", 1), size(layer, "num_key_value_heads", 1)
+    head_dim = size(layer, "head_dim", hidden // heads)
+    target_hidden = size(config, "target_hidden_size", hidden)
+    vocab, draft_vocab = size(layer, "vocab_size"), size(config, "draft_vocab_size")
+    p = "layers.0." if fmt == "speculators" else "midlayer."
+    return {
+        "fc.weight": (hidden, 3 * target_hidden),
+        f"{p}input_layernorm.weight": (hidden,),
+        f"{p}hidden_norm.weight": (hidden,),
+        f"{p}self_attn.q_proj.weight": (heads * head_dim, 2 * hidden),
+        f"{p}self_attn.k_proj.weight": (kv_heads * head_dim, 2 * hidden),
+        f"{p}self_attn.v_proj.weight": (kv_heads * head_dim, 2 * hidden),
+        f"{p}self_attn.o_proj.weight": (hidden, heads * head_dim),
+        f"{p}post_attention_layernorm.weight": (hidden,),
+        f"{p}mlp.gate_proj.weight": (inter, hidden),
+        f"{p}mlp.up_proj.weight": (inter, hidden),
+        f"{p}mlp.down_proj.weight": (hidden, inter),
+        "norm.weight": (hidden,),
+        "lm_head.weight": (draft_vocab, hidden),
+        "d2t": (draft_vocab,),
+        "t2d": (vocab,),
+    }
+
+
+def _check_tensors(fmt: str, config: dict, layer: dict, tensors: dict, expected: Expected,
+                   problems: _Problems) -> None:
+    shapes = _expected_shapes(fmt, config, layer)
+    # embed_tokens is never written: both engines then share the target's embedding, as our drafter does.
+    _check_unknown(tensors, set(shapes), "model.safetensors", problems)
+    for name in shapes:
+        problems.need(name in tensors, f"model.safetensors has no '{name}'")
+    for name, tensor in tensors.items():
+        want = shapes.get(name)
+        if want is None:
+            continue
+        problems.need(tuple(tensor.shape) == want, f"{name} has shape {list(tensor.shape)}, expected {list(want)}")
+        if tensor.is_floating_point():
+            problems.need(bool(torch.isfinite(tensor).all()), f"{name} holds NaN or inf")
+    if expected.target_hidden_size is not None:
+        problems.need(config.get("target_hidden_size") == expected.target_hidden_size,
+                      f"target_hidden_size is {config.get('target_hidden_size')}, the target has "
+                      f"{expected.target_hidden_size}")
+        fc = tensors.get("fc.weight")
+        if fc is not None:
+            problems.need(fc.shape[-1] == 3 * expected.target_hidden_size,
+                          f"fc input width {fc.shape[-1]} != 3 x target hidden ({3 * expected.target_hidden_size})")
+    if expected.target_vocab_size is not None:
+        problems.need(layer.get("vocab_size") == expected.target_vocab_size,
+                      f"vocab_size is {layer.get('vocab_size')}, the target's vocabulary has "
+                      f"{expected.target_vocab_size} tokens")
+    lm_head = tensors.get("lm_head.weight")
+    if lm_head is not None:
+        problems.need(lm_head.shape[0] == config.get("draft_vocab_size"),
+                      f"lm_head has {lm_head.shape[0]} rows but draft_vocab_size is {config.get('draft_vocab_size')}")
+    if "d2t" in tensors and "t2d" in tensors:
+        check_vocab_map(tensors["d2t"], tensors["t2d"], problems)
+
+
+def check_vocab_map(d2t: torch.Tensor, t2d: torch.Tensor, problems: list[str]) -> None:
+    """d2t must hold offsets (target id = draft id + d2t[draft id]) that land exactly on t2d's tokens."""
+    problems = problems if isinstance(problems, _Problems) else _Problems(problems)
+    if not problems.need(d2t.dtype == torch.int64 and d2t.dim() == 1, f"d2t must be int64 [N], got {d2t.dtype}"):
+        return
+    if not problems.need(t2d.dtype == torch.bool and t2d.dim() == 1, f"t2d must be bool [V], got {t2d.dtype}"):
+        return
+    draft_vocab, vocab = d2t.numel(), t2d.numel()
+    problems.need(int(t2d.sum()) == draft_vocab,
+                  f"t2d marks {int(t2d.sum())} target tokens but the draft vocabulary has {draft_vocab}")
+    used = torch.nonzero(t2d).flatten()
+    target_ids = torch.arange(draft_vocab) + d2t
+    consistent = (
+        bool(((target_ids >= 0) & (target_ids < vocab)).all())
+        and target_ids.unique().numel() == draft_vocab
+        and bool(t2d[target_ids.clamp(0, vocab - 1)].all())
+    )
+    if consistent:
+        return
+    if draft_vocab > 1 and torch.equal(d2t, torch.arange(draft_vocab)):
+        problems.append("d2t is filled with arange(N), not with offsets target_id - draft_id")
+    elif used.numel() == draft_vocab and torch.equal(d2t.sort().values, used):
+        problems.append("d2t holds raw target ids; it must hold offsets (target_id - draft_id)")
+    else:
+        problems.append("d2t offsets do not map the draft vocabulary onto the tokens t2d marks")
+
+
+# --------------------------------------------------------------------------- export
+def check_round_trip(ckpt: Eagle3Checkpoint, folder: Path) -> None:
+    """Convert the export back from engine-visible fields only; it must equal the checkpoint exactly."""
+    _, meta, tensors = to_checkpoint(folder)
+    problems = _Problems()
+    for key in ("variant", "layers", "norm_before_residual"):
+        problems.need(meta["config"][key] == ckpt.options.get(key, False),
+                      f"config.{key} reads back as {meta['config'][key]!r}, the checkpoint has {ckpt.options.get(key)!r}")
+    back = meta["transformer_layer_config"]
+    for key, value in ckpt.layer.items():
+        if key in LAYER_KEYS:
+            problems.need(back.get(key) == value, f"{key} reads back as {back.get(key)!r}, not {value!r}")
+    original = drafter_tensors(ckpt)
+    problems.need(set(tensors) == set(original),
+                  f"tensor names differ after the round trip: {sorted(set(tensors) ^ set(original))}")
+    for name in set(tensors) & set(original):
+        problems.need(torch.equal(tensors[name], original[name]), f"{name} changed in the round trip")
+    if problems:
+        _raise(folder, problems)
+
+
+def export(checkpoint: str | Path, fmt: str, out: str | Path, **options) -> Path:
+    """Write, validate and round-trip-check an export in a staging folder, then move it to `out`."""
+    return export_with_card(checkpoint, fmt, out, **options)[0]
+
+
+def export_with_card(checkpoint: str | Path, fmt: str, out: str | Path, *, speculative_tokens: int | None = None,
+                     eval_results: str | Path | None = None, repo_id: str | None = None, verifier: str | None = None,
+                     license: str | None = None, force: bool = False):
+    """`export`, also returning the model card's facts (results, training info) for W&B and the CLI."""
+    from draftsmith import model_card
+
+    if fmt not in FORMATS:
+        raise DraftsmithError(f"Unknown export format '{fmt}'. Use one of: {', '.join(FORMATS)}.")
+    ckpt = read_checkpoint(checkpoint, target_name=verifier)
+    out = Path(out).expanduser().absolute()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise DraftsmithError(f"'{out}' already exists and is not empty. Choose another --out or pass --force.")
+    if out.resolve() == ckpt.folder.resolve():
+        raise DraftsmithError("--out must differ from the checkpoint folder.")
+    expected = Expected(ckpt.target_layers, ckpt.num_target_layers, ckpt.target_hidden_size, ckpt.target_vocab_size)
+    results_path, results = model_card.eval_results_for(ckpt.folder, eval_results, ckpt.target_layers,
+                                                        ckpt.draft_vocab_size)
+    speculative_tokens = speculative_tokens or _measured_draft_length(results) or 3
+    facts = card_facts(ckpt, fmt, repo_id or str(out), speculative_tokens, license)
+    facts.results, facts.results_source = results, str(results_path) if results_path else None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    try:
+        staging.chmod(0o755)
+        write_format(ckpt, fmt, staging, speculative_tokens)
+        validate_export(staging, fmt, expected)
+        check_round_trip(ckpt, staging)
+        model_card.write_card(staging, facts, model_card.acceptance_plots(results_path, results, staging))
+        problems = _Problems()
+        _check_files(staging, problems)  # the card adds README.md and PNGs only
+        if problems:
+            _raise(staging, problems)
+        _move_into_place(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out, facts
+
+
+def _measured_draft_length(results: dict | None) -> int | None:
+    """Draft length of the reported eval run (a tree's depth), the default for serving commands."""
+    config = (results or {}).get("config") or {}
+    if config.get("tree"):
+        return int(str(config["tree"]).split(",")[0])
+    return config.get("draft_length")
+
+
+def card_facts(ckpt: Eagle3Checkpoint, fmt: str, model_ref: str, speculative_tokens: int, license: str | None):
+    """Gather what the model card states about this checkpoint."""
+    from draftsmith import model_card
+
+    name = ckpt.verifier()
+    is_hub_id = name.count("/") == 1 and not Path(name).expanduser().exists() and not name.startswith((".", "/", "~"))
+    return model_card.CardFacts(
+        fmt=fmt, model_ref=model_ref, verifier=name, verifier_is_hub_id=is_hub_id,
+        target_layers=ckpt.target_layers, format_layer_ids=to_format_layer_ids(fmt, ckpt.target_layers),
+        draft_vocab_size=ckpt.draft_vocab_size, target_vocab_size=ckpt.target_vocab_size,
+        hidden_size=int(ckpt.layer["hidden_size"]),
+        parameters=sum(t.numel() for n, t in drafter_tensors(ckpt).items() if n not in ("d2t", "t2d")),
+        speculative_tokens=speculative_tokens,
+        license=license or dict(HUB_IDS.values()).get(name),
+        training=model_card.find_training_info(ckpt.folder),
+    )
+
+
+def _move_into_place(staging: Path, out: Path) -> None:
+    """Rename the validated staging folder to `out`; an existing `out` (with --force) goes only after."""
+    if not out.exists():
+        os.replace(staging, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    os.replace(out, old / out.name)
+    os.replace(staging, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- command line
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `export` subcommand."""
+    parser = subparsers.add_parser(
+        "export",
+        help="Write a trained EAGLE-3 drafter as a vLLM (speculators) or SGLang folder with a model card.",
+        description="Convert a drafter checkpoint into the folder layout a serving engine loads, validate it "
+        "field by field (aux layer ids, d2t/t2d, shapes, unknown keys), check the round trip, write a model "
+        "card with measured results, and optionally push it to the Hugging Face Hub.",
+    )
+    parser.add_argument("checkpoint", help="drafter checkpoint folder written by `draftsmith train`")
+    parser.add_argument("--format", required=True, choices=FORMATS,
+                        help="speculators (vLLM) or sglang (SGLang native EAGLE-3)")
+    parser.add_argument("--out", required=True, help="folder to create (must not exist, or be empty)")
+    parser.add_argument("--speculative-tokens", type=int,
+                        help="draft length written into the speculators config and the serving commands (default: "
+                        "the draft length of the reported eval run, else 3)")
+    parser.add_argument("--eval-results", help="results.json (or its folder) from `draftsmith eval` for the card; "
+                        "default: the newest results.json under the checkpoint folder")
+    parser.add_argument("--verifier", help="hub id of the target to write into the config and card (default: the "
+                        "target the drafter was trained on)")
+    parser.add_argument("--license", help="license for the card metadata (default: the target's, when known)")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
+    parser.add_argument("--push-to-hub", metavar="REPO_ID", help="upload the folder to this Hub model repo")
+    parser.add_argument("--private", action="store_true", help="create the Hub repo as private")
+    parser.add_argument("--revision", help="branch to upload to (created if missing)")
+    parser.add_argument("--no-wandb", action="store_true", help="do not log eval results to the training W&B run")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export, then log to W&B and push to the Hub when asked."""
+    from draftsmith import model_card
+
+    if args.speculative_tokens is not None and args.speculative_tokens < 1:
+        raise DraftsmithError("--speculative-tokens must be at least 1.")
+    out, facts = export_with_card(args.checkpoint, args.format, args.out, speculative_tokens=args.speculative_tokens,
+                                  eval_results=args.eval_results, repo_id=args.push_to_hub, verifier=args.verifier,
+                                  license=args.license, force=args.force)
+    print(f"Exported {args.format} folder: {out} (validated; converts back to the checkpoint exactly)")
+    if facts.results is None:
+        print("No draftsmith eval results of this drafter found: the model card says so and reports no numbers.")
+    elif not args.no_wandb:
+        why_not = model_card.log_to_wandb(facts.training, facts.results, [out / name for name in facts.plots])
+        print(f"Not logged to W&B: {why_not}." if why_not else "Logged the eval results to the training run on W&B.")
+    if args.push_to_hub:
+        url = model_card.push_to_hub(out, args.push_to_hub, private=args.private, revision=args.revision)
+        print(f"Pushed to {url}")
+    return 0

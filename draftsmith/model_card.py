@@ -1,0 +1,309 @@
+"""What ships next to an exported drafter: the model card, the W&B link-up, and the Hub upload.
+
+The card only states numbers that a real `draftsmith eval` results.json holds; when there is
+none it says so. Training facts come from `training.json`, which `draftsmith train` leaves in
+the run folder (looked for in the checkpoint folder and the two folders above it); missing facts
+are written as "not recorded".
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from draftsmith.errors import DraftsmithError
+
+UNKNOWN = "not recorded"
+
+
+# --------------------------------------------------------------------------- finding the facts
+def find_eval_results(checkpoint: Path, explicit: str | Path | None = None) -> Path | None:
+    """The results.json to report: `explicit` (file or folder), else the newest one under the checkpoint."""
+    if explicit is not None:
+        path = Path(explicit).expanduser()
+        if path.is_dir():
+            path = path / "results.json"
+        if not path.is_file():
+            raise DraftsmithError(f"--eval-results: '{path}' does not exist. Pass a results.json written by "
+                                  "`draftsmith eval --out DIR`, or the DIR itself.")
+        return path
+    found = [p for pattern in ("results.json", "*/results.json", "*/*/results.json") for p in checkpoint.glob(pattern)]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def eval_results_for(checkpoint: Path, explicit, target_layers: list[int],
+                     draft_vocab_size: int) -> tuple[Path | None, dict | None]:
+    """(path, results) of the eval run to report for this drafter, or (None, None).
+
+    Results of another drafter are an error when passed explicitly and skipped when found by search.
+    """
+    path = find_eval_results(checkpoint, explicit)
+    if path is None:
+        return None, None
+    try:
+        results = json.loads(path.read_text())
+    except ValueError as err:
+        raise DraftsmithError(f"'{path}' is not valid JSON ({err}); re-run `draftsmith eval`.") from None
+    if results.get("acceptance_length") is None or not results_match(results, target_layers, draft_vocab_size):
+        if explicit is not None:
+            raise DraftsmithError(
+                f"'{path}' does not hold results of this drafter (its drafter: {results.get('drafter')}; this one "
+                f"reads layers {target_layers} with a {draft_vocab_size}-token draft vocabulary).")
+        return None, None
+    return path, results
+
+
+def find_training_info(checkpoint: Path) -> dict:
+    """training.json of the run that produced the checkpoint: in it, or in the run folder above it
+    (`run/best/`, `run/checkpoint-N/drafter/`)."""
+    for folder in (checkpoint, checkpoint.parent, checkpoint.parent.parent):
+        path = folder / "training.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+    return {}
+
+
+def results_match(results: dict, target_layers: list[int], draft_vocab_size: int) -> bool:
+    """Whether a results.json describes this drafter (same feature layers and draft vocabulary)."""
+    drafter = results.get("drafter") or {}
+    return drafter.get("kind") == "eagle" and drafter.get("layers") == target_layers \
+        and drafter.get("draft_vocab_size") == draft_vocab_size
+
+
+def acceptance_plots(results_path: Path | None, results: dict | None, folder: Path) -> list[Path]:
+    """The acceptance plot for the card: PNGs saved next to results.json, else drawn from its numbers."""
+    if results_path is None or not results:
+        return []
+    saved = sorted(results_path.parent.glob("*accept*.png"))
+    if saved:
+        return saved
+    per_position = results.get("acceptance_per_position") or []
+    if not per_position:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(5.5, 3.4))
+    axis.plot(range(1, len(per_position) + 1), per_position, marker="o")
+    axis.set(ylim=(0, 1.05), xlabel="draft position i", ylabel="acceptance α_i",
+             title=f"Per-position acceptance (τ = {results.get('acceptance_length', float('nan')):.2f})")
+    figure.tight_layout()
+    path = folder / "acceptance.png"
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return [path]
+
+
+# --------------------------------------------------------------------------- rendering
+@dataclass
+class CardFacts:
+    """Everything the card states, gathered before rendering (rendering is a pure function)."""
+
+    fmt: str
+    model_ref: str  # what users pass to the engine: the hub repo id or the local folder
+    verifier: str
+    verifier_is_hub_id: bool
+    target_layers: list[int]
+    format_layer_ids: list[int]
+    draft_vocab_size: int
+    target_vocab_size: int
+    hidden_size: int
+    parameters: int
+    speculative_tokens: int
+    license: str | None = None
+    training: dict = field(default_factory=dict)
+    results: dict | None = None
+    results_source: str | None = None
+    plots: list[str] = field(default_factory=list)  # file names inside the export folder
+
+
+def _value(value) -> str:
+    if value is None or value == "":
+        return UNKNOWN
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_value(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return f"{len(value)} prompts" if value and isinstance(value[0], (str, dict)) else ", ".join(map(_value, value))
+    return str(value)
+
+
+def _front_matter(facts: CardFacts) -> str:
+    meta = {"library_name": "draftsmith",
+            "tags": ["speculative-decoding", "eagle3", "draftsmith", facts.fmt,
+                     "vllm" if facts.fmt == "speculators" else "sglang"]}
+    if facts.verifier_is_hub_id:
+        meta["base_model"] = facts.verifier
+    if facts.license:
+        meta["license"] = facts.license
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
+
+
+def _training_section(training: dict) -> str:
+    rows = [("recipe", training.get("recipe")), ("training data", training.get("data")),
+            ("examples", training.get("examples")), ("tokens", training.get("tokens")),
+            ("steps", training.get("steps")), ("epochs", training.get("epochs")),
+            ("hardware", training.get("hardware")), ("wall time", training.get("wall_time")),
+            ("final training accuracy per step", training.get("accuracy_per_step"))]
+    lines = ["## How it was trained", ""]
+    if not training:
+        lines.append("No training.json was found next to the checkpoint, so the recipe, data size, steps and "
+                     "hardware are unknown.")
+        return "\n".join(lines) + "\n"
+    lines += ["| | |", "|---|---|"] + [f"| {name} | {_value(value)} |" for name, value in rows]
+    run = training.get("wandb") or {}
+    if run.get("url"):
+        lines += ["", f"Training run on Weights & Biases: {run['url']}"]
+    return "\n".join(lines) + "\n"
+
+
+def _results_rows(results: dict) -> list[tuple[str, object]]:
+    """The card's results table from a `draftsmith eval` results.json (missing entries -> not recorded)."""
+    config, env = results.get("config") or {}, results.get("environment") or {}
+    per_position = results.get("acceptance_per_position") or []
+    lossless = results.get("lossless") or {}
+    prompts = config.get("prompts")
+    if prompts is not None:  # a prompt file is named by its file name only: local paths mean nothing on the Hub
+        prompts = f"{Path(str(prompts)).name}, {len(results.get('per_prompt') or []) or config.get('num_prompts')} " \
+                  f"prompts, up to {config.get('max_new_tokens')} new tokens"
+    shape = f"tree {config['tree']} (depth, top-k, total)" if config.get("tree") else \
+        (f"chain of {config['draft_length']}" if config.get("draft_length") else None)
+    machine = ", ".join(f"{k} {env[k]}" for k in ("platform", "device", "cpu_count", "torch_threads", "dtype", "torch")
+                        if env.get(k) is not None) or None
+    return [
+        ("acceptance length τ (tokens per verify pass, bonus token included)", results.get("acceptance_length")),
+        ("per-position acceptance α_1, α_2, …", ", ".join(f"{a:.3f}" for a in per_position) or None),
+        ("speedup vs plain decoding (same loop, same process)", results.get("speedup")),
+        ("speedup vs transformers generate()", results.get("speedup_vs_transformers")),
+        ("greedy outputs identical to plain decoding",
+         f"{lossless['identical']}/{lossless['checked']}" if lossless.get("checked") else None),
+        ("prompts", prompts),
+        ("temperature", None if config.get("temperature") is None else str(config["temperature"])),
+        ("draft shape", shape),
+        ("target as evaluated", Path(str((results.get("target") or {}).get("name") or "")).name or None),
+        ("machine", machine),
+    ]
+
+
+def _results_section(facts: CardFacts) -> str:
+    lines = ["## Measured results", ""]
+    if not facts.results:
+        lines.append("No `draftsmith eval` results were found for this drafter, so this card reports no "
+                     "acceptance or speed numbers. Measure them with `draftsmith eval --drafter DIR --out EVAL_DIR` "
+                     "and export again with `--eval-results EVAL_DIR`.")
+        return "\n".join(lines) + "\n"
+    lines += ["| metric | value |", "|---|---|"]
+    lines += [f"| {name} | {_value(value)} |" for name, value in _results_rows(facts.results)]
+    source = "/".join(Path(facts.results_source or "results.json").parts[-2:])
+    lines += ["", f"Every number above is copied from `{source}`, written by `draftsmith eval` with the settings "
+                  "listed; none is estimated."]
+    for plot in facts.plots:
+        lines += ["", f"![{Path(plot).stem.replace('_', ' ')}]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def _serving_section(facts: CardFacts) -> str:
+    k = facts.speculative_tokens
+    vllm_config = json.dumps({"method": "eagle3", "model": facts.model_ref, "num_speculative_tokens": k})
+    vllm = f"vllm serve {facts.verifier} \\\n  --speculative-config '{vllm_config}'"
+    sglang = (f"python -m sglang.launch_server --model-path {facts.verifier} \\\n"
+              f"  --speculative-algorithm EAGLE3 --speculative-draft-model-path {facts.model_ref} \\\n"
+              f"  --speculative-num-steps {k} --speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}")
+    native, other = ("vLLM", "SGLang") if facts.fmt == "speculators" else ("SGLang", "vLLM")
+    other_fmt = "sglang" if facts.fmt == "speculators" else "speculators"
+    lines = ["## Serving", "", f"This folder is in the **{facts.fmt}** format, which {native} loads.", ""]
+    first, second = (vllm, sglang) if facts.fmt == "speculators" else (sglang, vllm)
+    lines += ["```bash", first, "```", "",
+              f"For {other}, export the same checkpoint with `draftsmith export CHECKPOINT --format {other_fmt}` "
+              f"and point this command at that folder:", "", "```bash",
+              second.replace(facts.model_ref, "EXPORTED_DIR"), "```"]
+    if not facts.verifier_is_hub_id:
+        lines += ["", f"`{facts.verifier}` is not a hub id; replace it with the hub id or folder of the target model."]
+    return "\n".join(lines) + "\n"
+
+
+def render_card(facts: CardFacts) -> str:
+    """The README.md of an export: Hub metadata, what the drafter is, training, results, serving."""
+    shift = "+1, vLLM collects the stream entering a layer" if facts.fmt == "speculators" else \
+        "unchanged, SGLang adds 1 itself"
+    about = [
+        f"# EAGLE-3 drafter for {facts.verifier}", "",
+        f"A speculative-decoding drafter trained with draftsmith for `{facts.verifier}`: "
+        "one decoder layer reads the target's hidden states from three layers plus the last token and drafts the "
+        "next tokens, which the target verifies in one pass. Output is identical to the target's own decoding; "
+        "only the speed changes.", "",
+        "| | |", "|---|---|",
+        f"| target layers read (output of 0-based layer) | {', '.join(map(str, facts.target_layers))} |",
+        f"| `eagle_aux_hidden_state_layer_ids` in config.json | {facts.format_layer_ids} ({shift}) |",
+        f"| draft vocabulary | {facts.draft_vocab_size} of {facts.target_vocab_size} target tokens (`d2t`/`t2d` map) |",
+        f"| hidden size | {facts.hidden_size} |",
+        f"| parameters | {facts.parameters:,} |",
+        f"| format | {facts.fmt} |", "",
+    ]
+    return "\n".join([_front_matter(facts), "\n".join(about), _training_section(facts.training),
+                      _results_section(facts), _serving_section(facts)])
+
+
+def write_card(folder: Path, facts: CardFacts, plots: list[Path]) -> None:
+    """Copy the plots into the export folder (if not drawn there) and write README.md."""
+    facts.plots = []
+    for plot in plots:
+        if plot.parent != folder:
+            shutil.copyfile(plot, folder / plot.name)
+        facts.plots.append(plot.name)
+    (folder / "README.md").write_text(render_card(facts))
+
+
+# --------------------------------------------------------------------------- W&B
+def log_to_wandb(training: dict, results: dict | None, plots: list[Path]) -> str | None:
+    """Log the eval table and plots to the training run's W&B run; return why not, or None on success."""
+    run_info = training.get("wandb") or {}
+    if not run_info.get("id") or not results:
+        return "the training run did not use W&B" if not run_info.get("id") else "there are no eval results"
+    try:
+        import wandb
+    except ImportError:
+        return "wandb is not installed"
+    try:
+        run = wandb.init(id=run_info["id"], project=run_info.get("project"), entity=run_info.get("entity"),
+                         resume="allow", job_type="export")
+        table = wandb.Table(columns=["metric", "value"],
+                            data=[[key, json.dumps(value)] for key, value in results.items()])
+        run.log({"eval/results": table, **{f"eval/{p.stem}": wandb.Image(str(p)) for p in plots}})
+        run.finish()
+    except Exception as err:  # W&B is a convenience; the export itself already succeeded
+        return f"W&B logging failed ({type(err).__name__}: {err})"
+    return None
+
+
+# --------------------------------------------------------------------------- Hub
+def push_to_hub(folder: Path, repo_id: str, private: bool = False, revision: str | None = None, api=None) -> str:
+    """Create the repo if needed and upload the folder; the token comes from huggingface_hub's usual places."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = api or HfApi(library_name="draftsmith")
+    try:
+        url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        if revision:
+            api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
+        api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="model", revision=revision,
+                          commit_message="Upload EAGLE-3 drafter exported by draftsmith")
+    except HfHubHTTPError as err:
+        status = getattr(getattr(err, "response", None), "status_code", None)
+        hint = (" Log in with `hf auth login` or set HF_TOKEN to a token with write access."
+                if status in (401, 403) else "")
+        raise DraftsmithError(f"Uploading to '{repo_id}' failed (HTTP {status}).{hint} The export is kept at "
+                              f"'{folder}'.") from None
+    except Exception as err:  # network down, DNS, proxy: never echo anything that could hold a token
+        raise DraftsmithError(f"Could not reach the Hugging Face Hub to upload '{repo_id}' ({type(err).__name__}). "
+                              f"The export is kept at '{folder}'; push it later with `hf upload {repo_id} {folder}` or "
+                              "re-run the export with --force.") from None
+    return str(url)

@@ -1,0 +1,89 @@
+"""Plain builders the training recipe is assembled from: accelerator, loss wrapper, schedule, helpers."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+from torch import nn
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.train.config import TrainConfig
+
+
+class DrafterLoss(nn.Module):
+    """The drafter's loss as `forward`, so DDP / DeepSpeed / FSDP hooks see every training call."""
+
+    def __init__(self, drafter: nn.Module, target_head):
+        super().__init__()
+        self.drafter = drafter
+        self.target_head = target_head  # a plain function of the frozen target, not a submodule
+
+    def forward(self, batch: dict):
+        return self.drafter.loss(batch, self.target_head)
+
+
+def warmup_cosine(warmup_steps: int, max_steps: int, min_lr_ratio: float):
+    """LR multiplier: linear warmup to 1, then cosine down to `min_lr_ratio` at `max_steps`."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def build_accelerator(config: TrainConfig):
+    """An Accelerator for whatever `accelerate launch` set up; DeepSpeed on CPU talks over gloo."""
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
+
+    deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+    cuda = torch.cuda.is_available()
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and not cuda:
+        raise DraftsmithError(
+            "FSDP needs GPUs (on CPU Accelerate would quietly run plain DDP instead). On CPU use "
+            "recipes/accelerate/cpu-ddp.yaml, cpu-zero2.yaml or cpu-zero3.yaml."
+        )
+    handlers = [InitProcessGroupKwargs(backend="gloo")] if deepspeed and not cuda else []
+    return Accelerator(
+        cpu=not cuda and not deepspeed,  # Accelerate ignores DeepSpeed when cpu=True
+        mixed_precision={"fp32": "no"}.get(config.train.precision, config.train.precision),
+        gradient_accumulation_steps=config.train.grad_accum,
+        step_scheduler_with_optimizer=False,  # we step it once per optimizer step, whatever the world size
+        log_with=list(config.tracking.report_to) or None,
+        project_dir=config.output_dir,
+        kwargs_handlers=handlers,
+    )
+
+
+def to_device(batch, device):
+    """Move every tensor of a (nested) batch to `device`."""
+    if torch.is_tensor(batch):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def broadcast(record: dict) -> dict:
+    """The main process's `record` on every process."""
+    from accelerate.utils import broadcast_object_list
+
+    holder = [record]
+    broadcast_object_list(holder, from_process=0)
+    return holder[0]
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """Nested config -> {"train.lr": 0.0003, ...} with scalars only (what TensorBoard hparams accept)."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value if isinstance(value, (int, float, str, bool)) else str(value)
+    return flat

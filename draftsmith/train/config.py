@@ -1,0 +1,160 @@
+"""What `draftsmith train` reads: one dataclass per recipe section, every field documented.
+
+A recipe is YAML with the sections below; `section.field=value` overrides win over it. The
+`drafter` section is a mapping with `kind` plus that kind's own options, checked strictly
+against `kind_module(kind).Config` (so a typo in a drafter option fails before any work).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from draftsmith.errors import DraftsmithError
+
+
+@dataclass
+class TargetSection:
+    """The frozen target whose features the drafter learns from."""
+
+    name: str = "smollm2-135m-instruct"
+    """hub id, local model folder, .gguf file, or built-in alias of the target"""
+    dtype: str = "float32"
+    """dtype the target weights are loaded in (float32, bfloat16, float16)"""
+    trust_remote_code: bool = False
+    """allow custom modeling code from the target folder"""
+
+
+@dataclass
+class DataSection:
+    """Where training batches come from (DESIGN §2): offline feature shards or online capture."""
+
+    prepared: str | None = None
+    """folder written by `draftsmith prepare` (train/eval token splits); needed for online
+    training and for validation"""
+    features: str | None = None
+    """folder of feature shards written by `draftsmith capture` (offline training)"""
+    online: bool = False
+    """compute target features inside the training loop from `prepared` instead of reading shards"""
+    draft_vocab: str | None = None
+    """folder holding the draft vocabulary (d2t/t2d) for drafters with a reduced head; null = full"""
+    batch_size: int = 4
+    """sequences per micro-batch on each process"""
+    max_length: int = 2048
+    """sequences are cut to this many tokens"""
+
+    def validate(self) -> None:
+        if self.online and not self.prepared:
+            raise DraftsmithError("data.online=true needs data.prepared: the folder written by `draftsmith prepare`.")
+        if not self.online and not self.features:
+            raise DraftsmithError(
+                "Set data.features to a folder written by `draftsmith capture` (offline training), "
+                "or data.online=true with data.prepared to capture features during training."
+            )
+        if self.batch_size < 1 or self.max_length < 2:
+            raise DraftsmithError("data.batch_size must be >= 1 and data.max_length >= 2.")
+
+
+@dataclass
+class OptimSection:
+    """Optimisation: AdamW, linear warmup then cosine decay, clipping, accumulation, seeds."""
+
+    max_steps: int = 1000
+    """optimizer steps to train for"""
+    lr: float = 3e-4
+    """peak learning rate of AdamW"""
+    warmup_steps: int = 50
+    """steps of linear warmup from 0 to lr"""
+    min_lr_ratio: float = 0.1
+    """the cosine decays from lr to lr * min_lr_ratio at max_steps"""
+    weight_decay: float = 0.0
+    """AdamW weight decay for matrices (biases and norms never decay)"""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    """AdamW betas"""
+    grad_accum: int = 1
+    """micro-batches accumulated per optimizer step on each process"""
+    max_grad_norm: float = 0.5
+    """gradients are clipped to this global norm (0 = no clipping)"""
+    seed: int = 0
+    """seeds the drafter initialisation, the data order and every random draw"""
+    precision: Literal["fp32", "bf16", "fp16"] = "bf16"
+    """compute precision of the drafter: bf16/fp16 autocast (master weights stay float32) or plain fp32"""
+    log_every: int = 1
+    """steps between progress-bar and tracker updates (the jsonl log records every step)"""
+    eval_every: int = 200
+    """steps between validations (0 = only at the end)"""
+    checkpoint_every: int = 200
+    """steps between checkpoints (0 = only at the end)"""
+    keep_checkpoints: int = 2
+    """how many recent checkpoint-<step> folders to keep (0 = all)"""
+
+    def validate(self) -> None:
+        if self.max_steps < 1 or self.grad_accum < 1 or self.log_every < 1:
+            raise DraftsmithError("train.max_steps, train.grad_accum and train.log_every must be >= 1.")
+        if self.eval_every < 0 or self.checkpoint_every < 0 or self.warmup_steps < 0:
+            raise DraftsmithError("train.eval_every, train.checkpoint_every and train.warmup_steps must be >= 0.")
+        if len(self.betas) != 2:
+            raise DraftsmithError(f"train.betas needs two numbers, got {self.betas}.")
+
+
+@dataclass
+class EvalSection:
+    """Validation: per-step accuracy on held-out batches and a real speculative decode."""
+
+    batches: int = 8
+    """held-out batches for per-step top-1 accuracy"""
+    num_prompts: int = 4
+    """held-out prompts decoded with the drafter to measure acceptance length (0 = skip)"""
+    draft_length: int = 4
+    """tokens drafted per cycle in the validation decode"""
+    max_new_tokens: int = 64
+    """new tokens generated per validation prompt"""
+
+
+@dataclass
+class TrackingSection:
+    """Experiment tracking through Accelerate's trackers."""
+
+    report_to: list[Literal["wandb", "tensorboard"]] = field(default_factory=list)
+    """trackers to log to: wandb and/or tensorboard (empty = only the jsonl log)"""
+    project: str = "draftsmith"
+    """project name for the trackers"""
+    run_name: str | None = None
+    """run name (null = the output folder's name)"""
+
+
+@dataclass
+class TrainConfig:
+    """`draftsmith train`: train a drafter with Accelerate (single process, DDP, ZeRO, FSDP)."""
+
+    target: TargetSection = field(default_factory=TargetSection)
+    """the frozen target model"""
+    data: DataSection = field(default_factory=DataSection)
+    """training and validation data"""
+    drafter: dict[str, Any] = field(default_factory=lambda: {"kind": "eagle"})
+    """drafter `kind` plus that kind's options (see its Config)"""
+    train: OptimSection = field(default_factory=OptimSection)
+    """optimisation and schedule"""
+    eval: EvalSection = field(default_factory=EvalSection)
+    """validation"""
+    tracking: TrackingSection = field(default_factory=TrackingSection)
+    """trackers"""
+    output_dir: str = "runs/train"
+    """where checkpoint-<step>/, best/, latest and metrics.jsonl are written"""
+    resume: bool = False
+    """continue exactly from output_dir/latest instead of starting afresh"""
+
+    def validate(self) -> None:
+        drafter_config(self.drafter)  # fail early on unknown kinds or options
+
+
+def drafter_config(section: dict[str, Any]):
+    """`{kind: ..., **options}` -> (kind, the kind's Config instance), checked strictly."""
+    from draftsmith.config import build
+    from draftsmith.drafters import kind_module
+
+    options = dict(section)
+    kind = options.pop("kind", None)
+    if not isinstance(kind, str):
+        raise DraftsmithError("The drafter section needs `kind` (for example `kind: eagle`).")
+    return kind, build(kind_module(kind).Config, options, prefix="drafter.")

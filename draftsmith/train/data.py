@@ -1,0 +1,108 @@
+"""Batches for the trainer: a deterministic sample order that makes resuming exact.
+
+The order is a pure function of (seed, sample counter): epoch e visits the samples in
+`randperm(n, seed + e)`, and the samples of all epochs form one stream. Optimizer step s uses
+micro-batches `s * W * A + k` (W processes, A accumulation steps), with micro-batch
+`k = accum_index * W + rank` going to that process. So the data position is just the step,
+and 1 process x 2 accumulation steps sees exactly the batches that 2 processes x 1 see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+Batch = dict[str, Any]
+
+
+@dataclass
+class TrainingData:
+    """Everything the loop needs from the data side; built by `build_training_data` or by tests."""
+
+    train: Sequence[dict]  # items: input_ids [S], loss_mask [S], optional features {layer: [S, H]}
+    eval: Sequence[dict]  # held-out items of the same shape
+    collate: Callable[[list[dict]], Batch]  # items -> padded batch with attention_mask
+    add_features: Callable[[Batch], Batch]  # online capture (target forward) or identity for shards
+    prompts: list[list[int]]  # held-out prompts for the validation decode
+
+
+class SampleOrder:
+    """Which sample indices micro-batch g holds, for a dataset of n samples."""
+
+    def __init__(self, num_samples: int, batch_size: int, seed: int):
+        self.num_samples = num_samples
+        self.batch_size = batch_size
+        self.seed = seed
+        self._epoch = -1
+        self._permutation: list[int] = []
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        if epoch != self._epoch:
+            generator = torch.Generator().manual_seed(self.seed + epoch)
+            self._permutation = torch.randperm(self.num_samples, generator=generator).tolist()
+            self._epoch = epoch
+        return self._permutation
+
+    def micro_batch(self, index: int) -> list[int]:
+        """Sample indices of micro-batch `index` in the endless stream of epochs."""
+        start = index * self.batch_size
+        out = []
+        for position in range(start, start + self.batch_size):
+            epoch, offset = divmod(position, self.num_samples)
+            out.append(self._epoch_order(epoch)[offset])
+        return out
+
+
+def micro_batch_index(step: int, accum_index: int, rank: int, world: int, accum: int) -> int:
+    """Global micro-batch number for (optimizer step, accumulation index, process)."""
+    return step * world * accum + accum_index * world + rank
+
+
+def truncate(item: dict, max_length: int) -> dict:
+    """Cut one sample (tokens, mask, per-layer features) to `max_length` positions."""
+    out = dict(item)
+    for key in ("input_ids", "loss_mask"):
+        out[key] = item[key][:max_length]
+    if "features" in item:
+        out["features"] = {layer: value[:max_length] for layer, value in item["features"].items()}
+    return out
+
+
+def prompt_of(item: dict) -> list[int]:
+    """The tokens before the first loss-masked one: the prompt an assistant answer followed."""
+    mask = torch.as_tensor(item["loss_mask"]).bool()
+    ids = torch.as_tensor(item["input_ids"])
+    first = int(mask.nonzero()[0]) if mask.any() else len(ids)
+    return ids[: max(first, 1)].tolist()
+
+
+def build_training_data(config, target, layers: list[int], num_prompts: int) -> TrainingData:
+    """Offline shards or online capture as the recipe says, plus held-out batches and prompts."""
+    from draftsmith.data.capture import FeatureShards, TokenDataset, capture_batch, collate
+    from draftsmith.data.prepared import load_prepared
+    from draftsmith.errors import DraftsmithError
+
+    data = config.data
+    pad_id = getattr(target.tokenizer, "pad_token_id", None) or 0
+    prepared = load_prepared(data.prepared) if data.prepared else None
+    if data.online:
+        train = TokenDataset(prepared["train"])
+    else:
+        train = FeatureShards(data.features, expect_fingerprint=target.fingerprint(), expect_layers=layers)
+    held_out = TokenDataset(prepared["eval"]) if prepared is not None and "eval" in prepared else []
+    if len(train) == 0:
+        raise DraftsmithError(f"The training data ({data.features or data.prepared}) has no samples.")
+
+    def add_features(batch: Batch) -> Batch:
+        if "features" in batch:
+            return batch
+        moved = {k: v.to(target.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        return capture_batch(target, moved, layers)
+
+    prompts = [prompt_of(held_out[i]) for i in range(min(num_prompts, len(held_out)))]
+    return TrainingData(
+        train=train, eval=held_out, collate=lambda items: collate(items, pad_id=pad_id),
+        add_features=add_features, prompts=prompts,
+    )

@@ -1,0 +1,222 @@
+"""EAGLE-3 / EAGLE-1 drafter: training-time test equals autoregressive decoding, loss, saving, vocab, decoding."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from draftsmith.drafters import DecodeState, DraftShape, Sampling, kind_module
+from draftsmith.drafters import eagle
+from draftsmith.errors import DraftsmithError
+
+
+def frozen(target):
+    for p in target.model.parameters():
+        p.requires_grad_(False)
+    return target
+
+
+def make_batch(target, drafter, batch=2, length=20, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, target.vocab_size, (batch, length), generator=generator)
+    features = target.forward(ids, layers=drafter.required_layers, logits=False).features
+    ones = torch.ones_like(ids)
+    return {"input_ids": ids, "loss_mask": ones, "attention_mask": ones, "features": features}
+
+
+def draft_vocab(target, size, seed=0):
+    used = torch.randperm(target.vocab_size, generator=torch.Generator().manual_seed(seed))[:size].sort().values
+    t2d = torch.zeros(target.vocab_size, dtype=torch.bool)
+    t2d[used] = True
+    return SimpleNamespace(d2t=used - torch.arange(size), t2d=t2d)
+
+
+def autoregressive_logits(drafter, head, ids, features, t, steps):
+    """Decode-time run: the drafter over indices 0..t with its cache, then `steps - 1` steps that feed
+    its own output hidden and the next true token (teacher forcing) at positions t+1, t+2, ..."""
+    fused = drafter.fuse({layer: f[:, : t + 1] for layer, f in features.items()})
+    mask = torch.ones(t + 1, t + 1, dtype=torch.bool).tril()
+    hidden, past = drafter.step(ids[:, 1 : t + 2], fused, torch.arange(t + 1)[None], None, mask)
+    hidden = hidden[:, -1:]
+    logits = [drafter.logits(hidden, head)[0, 0]]
+    for j in range(1, steps):
+        token = ids[:, t + 1 + j : t + 2 + j]
+        hidden, past = drafter.step(token, hidden, torch.tensor([[t + j]]), past)
+        logits.append(drafter.logits(hidden, head)[0, 0])
+    return logits
+
+
+@pytest.mark.parametrize("arch,variant", [("llama", "eagle3"), ("qwen3", "eagle3"), ("llama", "eagle1")])
+def test_training_time_test_equals_autoregressive_decoding(arch, variant):
+    from tiny import tiny_target
+
+    target = frozen(tiny_target(arch))
+    torch.manual_seed(1)
+    drafter = eagle.create(eagle.Config(variant=variant, ttt_steps=4), target).eval()
+    with torch.no_grad():  # make the norms non-trivial so every piece matters
+        for name, p in drafter.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+    batch = make_batch(target, drafter, batch=1, length=14)
+    ids, features = batch["input_ids"], batch["features"]
+    with torch.no_grad():
+        outputs = drafter.ttt_forward(ids, features)
+        for t in (0, 3, 8):
+            reference = autoregressive_logits(drafter, target.head, ids, features, t, steps=4)
+            for j, expected in enumerate(reference):
+                trained = drafter.logits(outputs[j][:, t], target.head)[0]
+                torch.testing.assert_close(trained, expected, atol=2e-5, rtol=1e-4, msg=f"step {j}, index {t}")
+        # Steps really differ: step 1 is not step 0 again.
+        assert not torch.allclose(outputs[0][:, 3], outputs[1][:, 3], atol=1e-3)
+
+
+def test_padding_does_not_change_real_positions(tiny_llama):
+    """A left-padded copy gives the same TTT outputs at the real positions (RoPE is relative)."""
+    target = frozen(tiny_llama)
+    drafter = eagle.create(eagle.Config(ttt_steps=3), target).eval()
+    batch = make_batch(target, drafter, batch=1, length=12)
+    pad = 4
+    ids = torch.cat([torch.zeros(1, pad, dtype=torch.long), batch["input_ids"]], 1)
+    padded = {k: torch.cat([torch.randn(1, pad, v.shape[-1]), v], 1) for k, v in batch["features"].items()}
+    attention_mask = torch.cat([torch.zeros(1, pad, dtype=torch.long), torch.ones(1, 12, dtype=torch.long)], 1)
+    with torch.no_grad():
+        plain = drafter.ttt_forward(batch["input_ids"], batch["features"])
+        shifted = drafter.ttt_forward(ids, padded, attention_mask)
+    for j in range(3):
+        real = 12 - 1 - j  # indices whose step-j token is inside the sequence
+        torch.testing.assert_close(shifted[j][:, pad : pad + real], plain[j][:, :real], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("variant", ["eagle3", "eagle1"])
+def test_loss_decreases_when_overfitting(tiny_llama, variant):
+    target = frozen(tiny_llama)
+    with torch.no_grad():  # a random tiny target is nearly uniform; sharpen it so there is something to learn
+        target.model.get_output_embeddings().weight.mul_(30)
+    torch.manual_seed(0)
+    drafter = eagle.create(eagle.Config(variant=variant, ttt_steps=3), target).train()
+    batch = make_batch(target, drafter)
+    trainable = [p for p in drafter.parameters() if p.requires_grad]
+    assert all(not p.requires_grad for p in target.model.parameters())
+    optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+    history = []
+    for _ in range(40):
+        loss, metrics = drafter.loss(batch, target.head)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        history.append(metrics)
+    assert drafter.embed_tokens.weight.grad is None  # the target's embedding stays frozen
+    assert history[-1]["loss"] < 0.5 * history[0]["loss"]
+    assert {"acc_0", "acc_1", "acc_2", "loss_2"} <= set(history[-1])
+    assert history[-1]["acc_0"] > history[0]["acc_0"] + 0.3
+
+
+def test_eagle1_noise_only_in_training(tiny_llama):
+    target = frozen(tiny_llama)
+    drafter = eagle.create(eagle.Config(variant="eagle1"), target)
+    assert drafter.config.ttt_steps == 1 and drafter.config.layers == [7]
+    assert drafter.fc.bias is not None and drafter.fc.in_features == 128
+    assert not hasattr(drafter.layers[0], "input_layernorm") and not hasattr(drafter, "lm_head")
+    batch = make_batch(target, drafter, batch=1, length=10)
+    run = lambda: drafter.ttt_forward(batch["input_ids"], batch["features"])[0]  # noqa: E731
+    drafter.eval()
+    torch.testing.assert_close(run(), run())
+    drafter.train()
+    assert not torch.allclose(run(), run())
+
+
+def test_save_and_load_round_trip(tiny_llama, tmp_path):
+    target = frozen(tiny_llama)
+    vocab = draft_vocab(target, 64)
+    drafter = eagle.create(eagle.Config(ttt_steps=3), target, vocab).eval()
+    with torch.no_grad():
+        drafter.fc.weight.normal_()  # differ from any fresh initialisation
+    drafter.save_pretrained(tmp_path / "d")
+    loaded = kind_module("eagle").Drafter.from_pretrained(tmp_path / "d").eval()
+    assert loaded.config == drafter.config and loaded.config.ttt_steps == 3
+    assert loaded.target_info == {"target_name": "tiny-llama", "target_architectures": ["LlamaForCausalLM"]}
+    meta = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert meta["draftsmith_kind"] == "eagle" and meta["transformer_layer_config"]["draft_vocab_size"] == 64
+    assert set(load_file(str(tmp_path / "d" / "model.safetensors"))) == set(drafter.state_dict())
+    batch = make_batch(target, drafter)
+    torch.testing.assert_close(loaded.loss(batch, target.head)[0], drafter.loss(batch, target.head)[0], rtol=0, atol=0)
+    assert torch.equal(loaded.d2t, vocab.d2t) and torch.equal(loaded.t2d, vocab.t2d)
+    state = DecodeState(batch["input_ids"][:1, :9], {k: v[:1, :8] for k, v in batch["features"].items()})
+    fresh = eagle.load_proposer(tmp_path / "d", target).propose(state, DraftShape(4), Sampling())
+    assert torch.equal(fresh.tokens, drafter.proposer(target).propose(state, DraftShape(4), Sampling()).tokens)
+
+
+def test_bf16_target_decodes_with_a_bf16_drafter(tiny_llama, tmp_path):
+    target = frozen(tiny_llama)
+    eagle.create(eagle.Config(), target).save_pretrained(tmp_path / "d")
+    target.model.to(torch.bfloat16)
+    proposer = eagle.load_proposer(tmp_path / "d", target)
+    assert proposer.drafter.fc.weight.dtype == torch.bfloat16 and proposer.drafter.d2t.dtype == torch.long
+    state = DecodeState(torch.randint(0, 320, (1, 9)), {})
+    state.features = target.forward(state.tokens[:, :-1], layers=proposer.required_layers, logits=False).features
+    assert len(proposer.propose(state, DraftShape(3), Sampling())) == 3
+    assert len(proposer.propose(state, DraftShape(tree=(3, 2, 5)), Sampling(temperature=1.0))) == 5
+
+
+def test_load_rejects_other_folders(tiny_llama, tmp_path):
+    from tiny import tiny_target
+
+    with pytest.raises(DraftsmithError, match="not a drafter folder"):
+        eagle.Drafter.from_pretrained(tmp_path)
+    drafter = eagle.create(eagle.Config(), frozen(tiny_llama))
+    drafter.save_pretrained(tmp_path / "d")
+    with pytest.raises(DraftsmithError, match="hidden size"):
+        eagle.load_proposer(tmp_path / "d", tiny_target("llama", hidden_size=32))
+
+
+def test_restricted_draft_vocabulary(tiny_llama):
+    target = frozen(tiny_llama)
+    vocab = draft_vocab(target, 48)
+    drafter = eagle.create(eagle.Config(ttt_steps=2, init_head_from_target=True), target, vocab)
+    assert drafter.lm_head.weight.shape == (48, 64) and drafter.d2t.shape == (48,) and drafter.t2d.shape == (320,)
+    batch = make_batch(target, drafter)
+    outputs = drafter.ttt_forward(batch["input_ids"], batch["features"])
+    assert drafter.logits(outputs[0], target.head).shape == (2, 20, 48)
+    # The head starts as the target's own head restricted to the draft vocabulary.
+    last = batch["features"][7]
+    expected = target.head(last)[..., drafter.draft_ids]
+    torch.testing.assert_close(drafter.logits(last, None), expected, atol=1e-5, rtol=1e-4)
+    loss, metrics = drafter.loss(batch, target.head)
+    assert torch.isfinite(loss) and 0 <= metrics["acc_1"] <= 1
+    proposer = drafter.proposer(target, generator=torch.Generator().manual_seed(0))
+    state = DecodeState(batch["input_ids"][:1, :9], {k: v[:1, :8] for k, v in batch["features"].items()})
+    assert vocab.t2d[proposer.propose(state, DraftShape(5), Sampling()).tokens].all()
+    sampled = proposer.propose(state, DraftShape(3), Sampling(temperature=1.0, top_p=0.9))
+    assert sampled.probs.shape == (3, 320) and vocab.t2d[sampled.tokens].all()
+    assert sampled.probs[:, ~vocab.t2d].sum() == 0
+    torch.testing.assert_close(sampled.probs.sum(-1), torch.ones(3))
+    tree = proposer.propose(state, DraftShape(tree=(3, 3, 8)), Sampling())
+    assert vocab.t2d[tree.tokens].all()
+
+
+def test_out_of_vocabulary_positions_are_masked(tiny_llama):
+    """Positions whose target argmax is outside the draft vocabulary carry no loss."""
+    target = frozen(tiny_llama)
+    drafter = eagle.create(eagle.Config(ttt_steps=1), target, draft_vocab(target, 48))
+    batch = make_batch(target, drafter)
+    argmax = target.head(batch["features"][7]).argmax(-1)
+    outside = ~drafter.t2d[argmax]
+    assert outside.any()
+    only_outside = dict(batch, loss_mask=torch.zeros_like(batch["loss_mask"]))
+    only_outside["loss_mask"][:, 2:] = outside[:, 1:-1].long()  # predicted token t+2 <- target at t+1
+    assert drafter.loss(only_outside, target.head)[0] == 0
+    assert drafter.loss(batch, target.head)[0] > 0
+
+
+def test_bad_inputs_are_clear_errors(tiny_llama):
+    target = frozen(tiny_llama)
+    broken = draft_vocab(target, 10)
+    broken.d2t = torch.zeros(10, dtype=torch.long)
+    with pytest.raises(DraftsmithError, match="draft vocabulary is inconsistent"):
+        eagle.create(eagle.Config(), target, broken)
+    with pytest.raises(DraftsmithError, match="three feature layers"):
+        eagle.create(eagle.Config(layers=[1, 2]), target)
+    with pytest.raises(DraftsmithError, match="last layer"):
+        eagle.create(eagle.Config(variant="eagle1", layers=[3]), target)

@@ -1,0 +1,128 @@
+"""The trainer as users run it: `python -m draftsmith train` and `accelerate launch ... -m draftsmith train`.
+
+- a real training process killed with SIGKILL and resumed gives the loss trajectory of a run never killed;
+- 1 process x 2 accumulation steps == 2 processes x 1 (DDP over gloo), and DDP == DeepSpeed ZeRO-2.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_train import read_log, recipe_dict, write_assets, write_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    return write_assets(tmp_path_factory.mktemp("train_assets"))
+
+
+def environment() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
+    env.pop("ACCELERATE_USE_DEEPSPEED", None)
+    return env
+
+
+def command(recipe: Path, overrides: list[str], launch_config: str | None = None) -> list[str]:
+    prefix = [sys.executable, "-m"] if launch_config is None else [
+        ACCELERATE, "launch", "--config_file", str(ROOT / "recipes" / "accelerate" / launch_config), "-m"]
+    return [*prefix, "draftsmith", "train", str(recipe), *overrides]
+
+
+def run(recipe: Path, overrides: list[str], launch_config: str | None = None, timeout: int = 240):
+    done = subprocess.run(command(recipe, overrides, launch_config), cwd=ROOT, env=environment(),
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done
+
+
+def losses(output_dir: Path) -> list[float]:
+    log = read_log(output_dir)
+    assert [r["step"] for r in log] == list(range(1, len(log) + 1))
+    return [r["loss"] for r in log]
+
+
+def test_sigkill_then_resume_continues_exactly(assets, tmp_path):
+    # EAGLE-1 adds random input noise each step, so the RNG states must be restored, not only weights.
+    recipe = write_recipe(tmp_path / "recipe.yaml", recipe_dict(assets, "eagle1", max_steps=10, checkpoint_every=3))
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    run(recipe, [f"output_dir={straight}"])
+
+    process = subprocess.Popen(command(recipe, [f"output_dir={killed}"]), cwd=ROOT, env=environment(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 200
+        while time.time() < deadline and process.poll() is None:
+            if (killed / "metrics.jsonl").is_file() and any(r["step"] >= 4 for r in read_log(killed)):
+                break  # checkpoint-3 is complete (it is written before step 4 starts)
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    resumed_from = int((killed / "latest").read_text().strip().split("-")[1])
+    assert resumed_from in (3, 6, 9) and not (killed / "checkpoint-10").exists()
+    logged_before_kill = [r["step"] for r in read_log(killed)]
+
+    done = run(recipe, [f"output_dir={killed}", "resume=true"])
+    assert f"(step {resumed_from})" in done.stdout
+    assert losses(killed) == losses(straight)  # bit for bit, every step
+    assert max(logged_before_kill) >= 4
+    assert len(losses(straight)) == 10
+
+
+def test_one_process_two_accumulation_steps_equals_two_processes_ddp(assets, tmp_path):
+    recipe = write_recipe(tmp_path / "recipe.yaml", recipe_dict(assets, "eagle3", max_steps=4, checkpoint_every=0))
+    run(recipe, [f"output_dir={tmp_path / 'accum'}", "train.grad_accum=2"])
+    run(recipe, [f"output_dir={tmp_path / 'ddp'}", "train.grad_accum=1"], launch_config="cpu-ddp.yaml")
+    single, double = losses(tmp_path / "accum"), losses(tmp_path / "ddp")
+    assert single == pytest.approx(double, rel=1e-5, abs=1e-6)
+    assert len(double) == 4
+
+
+def test_ddp_equals_deepspeed_zero2(assets, tmp_path):
+    recipe = write_recipe(tmp_path / "recipe.yaml", recipe_dict(assets, "eagle3", max_steps=4, checkpoint_every=2))
+    run(recipe, [f"output_dir={tmp_path / 'ddp'}"], launch_config="cpu-ddp.yaml")
+    run(recipe, [f"output_dir={tmp_path / 'zero2'}"], launch_config="cpu-zero2.yaml")
+    assert losses(tmp_path / "zero2") == pytest.approx(losses(tmp_path / "ddp"), rel=1e-5, abs=1e-6)
+    assert (tmp_path / "zero2" / "checkpoint-4" / "drafter" / "model.safetensors").is_file()
+    assert (tmp_path / "zero2" / "best" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_zero3_equals_ddp_and_writes_whole_drafter_folders(assets, tmp_path):
+    recipe = write_recipe(tmp_path / "recipe.yaml", recipe_dict(assets, "eagle3", max_steps=4, checkpoint_every=2))
+    run(recipe, [f"output_dir={tmp_path / 'ddp'}"], launch_config="cpu-ddp.yaml")
+    run(recipe, [f"output_dir={tmp_path / 'zero3'}"], launch_config="cpu-zero3.yaml")
+    assert losses(tmp_path / "zero3") == pytest.approx(losses(tmp_path / "ddp"), rel=1e-5, abs=1e-6)
+    from safetensors.torch import load_file
+
+    sharded = load_file(str(tmp_path / "zero3" / "checkpoint-4" / "drafter" / "model.safetensors"))
+    whole = load_file(str(tmp_path / "ddp" / "checkpoint-4" / "drafter" / "model.safetensors"))
+    assert sharded.keys() == whole.keys()
+    for name in whole:
+        assert sharded[name].shape == whole[name].shape
+        assert torch.allclose(sharded[name].float(), whole[name].float(), atol=1e-5), name
+
+
+@pytest.mark.slow
+def test_deepspeed_zero2_resumes_exactly_from_its_own_checkpoint(assets, tmp_path):
+    recipe = write_recipe(tmp_path / "recipe.yaml", recipe_dict(assets, "eagle1", max_steps=6, checkpoint_every=3,
+                                                                  keep_checkpoints=0))
+    straight, rewound = tmp_path / "straight", tmp_path / "rewound"
+    run(recipe, [f"output_dir={straight}"], launch_config="cpu-zero2.yaml")
+    # a crash right after checkpoint-3: the sharded optimizer state and per-process RNG come back from it
+    shutil.copytree(straight, rewound)
+    shutil.rmtree(rewound / "checkpoint-6")
+    (rewound / "latest").write_text("checkpoint-3\n")
+    run(recipe, [f"output_dir={rewound}", "resume=true"], launch_config="cpu-zero2.yaml")
+    assert losses(rewound) == losses(straight)
