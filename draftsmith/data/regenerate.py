@@ -1,0 +1,116 @@
+"""Regeneration: every assistant turn rewritten by the target itself, batched, resumable after kill -9.
+
+Drafters learn the target's own distribution, so training on the target's responses (not the
+dataset's) raises acceptance. Finished conversations are appended to a jsonl cache, one line per
+conversation, flushed and fsync'ed after every batch. On restart the cache is read, a torn last
+line (a kill in the middle of a write) is cut off, and only conversations without a line are
+generated: every conversation ends up in the cache exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from draftsmith.errors import DraftsmithError
+
+
+def read_cache(path: Path) -> dict[str, list[dict]]:
+    """Finished conversations by key; cuts a torn last line off the file."""
+    done: dict[str, list[dict]] = {}
+    if not path.is_file():
+        return done
+    good_bytes = 0
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                entry = json.loads(raw)
+            except json.JSONDecodeError:
+                break
+            done[entry["key"]] = entry["messages"]
+            good_bytes += len(raw)
+    if good_bytes != path.stat().st_size:
+        with open(path, "r+b") as handle:
+            handle.truncate(good_bytes)
+    return done
+
+
+def regenerate_conversations(
+    target,
+    rows: list[tuple[str, list[dict]]],
+    cache_path: Path,
+    temperature: float = 0.0,
+    max_new_tokens: int = 256,
+    batch_size: int = 16,
+    seed: int = 0,
+    last_turn_only: bool = False,
+) -> list[list[dict]]:
+    """Rewrite assistant turns of `rows` [(key, messages)] with the target; returns messages per row."""
+    from tqdm.auto import tqdm
+
+    keys = [key for key, _ in rows]
+    if len(set(keys)) != len(keys):
+        raise DraftsmithError("Regeneration needs unique row keys (file:line); an input was given twice.")
+    done = read_cache(cache_path)
+    pending = [(key, messages) for key, messages in rows if key not in done]
+    # Similar prompt lengths together: less padding per batch.
+    pending.sort(key=lambda row: len(row[1][0]["content"]) + len(row[1][-1]["content"]))
+    bar = tqdm(total=len(rows), initial=len(rows) - len(pending), desc="regenerate", unit="conv")
+    with open(cache_path, "a", encoding="utf-8") as cache:
+        for start in range(0, len(pending), batch_size):
+            batch = pending[start:start + batch_size]
+            torch.manual_seed(seed + start)
+            new = regenerate_batch(target, [m for _, m in batch], temperature, max_new_tokens, last_turn_only)
+            for (key, _), messages in zip(batch, new):
+                cache.write(json.dumps({"key": key, "messages": messages}, ensure_ascii=False) + "\n")
+                done[key] = messages
+            cache.flush()
+            os.fsync(cache.fileno())
+            bar.update(len(batch))
+    bar.close()
+    return [done[key] for key in keys]
+
+
+def regenerate_batch(target, conversations, temperature, max_new_tokens, last_turn_only=False):
+    """One batch: assistant turn k of every conversation generated together, k = 0, 1, ..."""
+    conversations = [[dict(m) for m in messages] for messages in conversations]
+    turns = [[i for i, m in enumerate(c) if m["role"] == "assistant"] for c in conversations]
+    if last_turn_only:
+        turns = [t[-1:] for t in turns]
+    for k in range(max(len(t) for t in turns)):
+        todo = [(c, t[k]) for c, t in zip(conversations, turns) if k < len(t)]
+        prompts = [c[:turn] for c, turn in todo]
+        for (conversation, turn), text in zip(todo, generate(target, prompts, temperature, max_new_tokens)):
+            if text.strip():  # an empty answer keeps the original turn
+                conversation[turn]["content"] = text
+    return conversations
+
+
+@torch.no_grad()
+def generate(target, prompts: list[list[dict]], temperature: float, max_new_tokens: int) -> list[str]:
+    """Responses of the target to chat prompts, batched with left padding."""
+    tokenizer = target.tokenizer
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        encoded = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+    finally:
+        tokenizer.padding_side = side
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
+        else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
+    output = target.model.generate(
+        input_ids=encoded["input_ids"].to(target.device),
+        attention_mask=encoded["attention_mask"].to(target.device),
+        max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, **sampling,
+    )
+    new_tokens = output[:, encoded["input_ids"].shape[1]:]
+    return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in new_tokens]

