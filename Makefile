@@ -20,6 +20,7 @@ setup: $(PY)
 # The main job: the default recipe end to end on the built-in real target.
 demo: setup
 	$(VENV)/bin/draftsmith info smollm2-135m-instruct
+	$(VENV)/bin/draftsmith train recipes/smollm2-135m/eagle3.yaml resume=true
 
 test: setup
 	$(PY) -m pytest -q

@@ -174,7 +174,7 @@ def read_checkpoint(folder: str | Path, target_name: str | None = None) -> Eagle
     if missing or not options.get("layers"):
         raise DraftsmithError(f"Checkpoint '{folder}' lacks {missing or ['config.layers']} in config.json; "
                               "re-save it with the current draftsmith.")
-    target_name = target_name or meta.get("target_name") or _training_target(folder)
+    target_name = target_name or _training_target(folder) or meta.get("target_name")
     if not target_name:
         raise DraftsmithError(
             f"Checkpoint '{folder}' does not say which target it was trained for, and engines need the target's "

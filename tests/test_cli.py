@@ -49,7 +49,8 @@ def test_errors_are_one_paragraph_without_traceback(tmp_path):
 def readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
     block = re.search(r"```(?:bash|sh)?\n(.*?)```", text, re.S).group(1)
-    return [line.strip() for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    lines = [line.split("#")[0].strip() for line in block.splitlines()]
+    return [line for line in lines if line]
 
 
 def test_readme_starts_with_demo_and_test_commands_that_ci_runs():

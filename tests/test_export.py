@@ -97,6 +97,9 @@ def test_sglang_refuses_a_residual_convention_it_does_not_implement(tmp_path):
 
 def test_target_name_comes_from_the_run_or_the_command_line(tmp_path):
     ckpt = make_checkpoint(tmp_path / "run", training={})
+    meta = json.loads((ckpt / "config.json").read_text())
+    assert meta.pop("target_name") == "tiny-llama"  # an in-memory test target; drop it to leave no name at all
+    (ckpt / "config.json").write_text(json.dumps(meta))
     with pytest.raises(DraftsmithError, match="--verifier"):
         ex.export(ckpt, "speculators", tmp_path / "out")
     assert not (tmp_path / "out").exists()

@@ -37,7 +37,7 @@ def evaluated(tmp_path_factory):
     rigged.tokenizer.save_pretrained(target_dir)
     prompts = root / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["abcabcabc", "hello hello", "1 2 3 1 2 3"]))
-    checkpoint = make_checkpoint(root / "run", seed=5, for_target=rigged, perturb=False, training={
+    checkpoint = make_checkpoint(root / "run", seed=5, for_target=rigged, perturb=False, init_head_from_target=True, training={
         "target": TARGET_HUB_ID, "recipe": "recipes/tiny/eagle3.yaml", "examples": 1200, "tokens": 345678,
         "steps": 40, "hardware": "cpu x2", "wandb": {"id": "abc123", "project": "drafters",
                                                       "url": "https://wandb.ai/team/drafters/runs/abc123"}})

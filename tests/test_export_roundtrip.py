@@ -93,7 +93,7 @@ def test_round_trip_keeps_a_high_acceptance(tmp_path):
     from test_export_support import always_accepted_target
 
     rigged = always_accepted_target()
-    checkpoint = make_checkpoint(tmp_path / "run", for_target=rigged, perturb=False)
+    checkpoint = make_checkpoint(tmp_path / "run", for_target=rigged, perturb=False, init_head_from_target=True)
     shape, sampling = DraftShape(length=4), Sampling()
     runs = {}
     for name, proposer in [("checkpoint", kind_module("eagle").load_proposer(checkpoint, rigged))] + [

@@ -95,6 +95,12 @@ def run(args: argparse.Namespace) -> int:
         if not hasattr(args, required):
             raise DraftsmithError(f"draftsmith eval needs --{required}. See draftsmith eval --help.")
     config = configs.from_flags(EvalConfig, args)
+    evaluate_and_report(config)
+    return 0
+
+
+def evaluate_and_report(config: EvalConfig, target=None) -> dict:
+    """Decode the prompt set three ways, write results.json/report.md/report.html, print the summary."""
     import torch
 
     from draftsmith.drafters import DraftShape, Sampling
@@ -105,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
 
     if config.threads:
         torch.set_num_threads(config.threads)
-    target = load_target(config.target, dtype=config.dtype)
+    if target is None:
+        target = load_target(config.target, dtype=config.dtype)
     prompts = load_prompts(config.prompts, target, config.num_prompts)
     proposer = load_drafter(config.drafter, target, max_ngram=config.ngram, min_ngram=config.min_ngram)
     shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
@@ -116,11 +123,12 @@ def run(args: argparse.Namespace) -> int:
                            "num_layers": target.num_layers, "vocab_size": target.vocab_size},
                    drafter=proposer.describe(), config=configs.to_dict(config), environment=environment(target))
     paths = write_report(results, config.out)
+
     def fmt(value, suffix=""):
         return "n/a" if value is None else f"{value:.2f}{suffix}"
 
     print(f"τ {fmt(results['acceptance_length'])}  speedup {fmt(results['speedup'], '×')} vs plain loop, "
           f"{fmt(results['speedup_vs_transformers'], '×')} vs generate()  "
           f"lossless {results['lossless']['identical']}/{results['lossless']['checked']}")
-    print(f"wrote {paths['json']}, {paths['md']}, {paths['html']}")
-    return 0
+    print(f"report: {paths['html']} (also {paths['md']}, {paths['json']})")
+    return results

@@ -49,17 +49,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the recipe, train, report where best/ is."""
+    """Prepare the data if the recipe asks, train, then report on best/ (the whole pipeline)."""
+    import time
+
+    from draftsmith.train import pipeline
     from draftsmith.train.recipe import TrainRecipe
 
     config = load(TrainConfig, args.recipe, args.overrides)
+    start = time.monotonic()
     recipe = TrainRecipe(config)
+    pipeline.ensure_prepared(config, recipe.load_target())
     recipe.setup()
     try:
         recipe.train()
     finally:
         recipe.cleanup()
-    if recipe.main:
-        score = f"{recipe.best_score:.3f}" if recipe.best_score is not None else "n/a"
-        print(f"best drafter: {recipe.output_dir / 'best'} (acceptance length {score} at step {recipe.best_step})")
+    if not recipe.main:
+        return 0
+    score = f"{recipe.best_score:.3f}" if recipe.best_score is not None else "n/a"
+    print(f"best drafter: {recipe.output_dir / 'best'} (acceptance length {score} at step {recipe.best_step})")
+    pipeline.write_training_facts(config, recipe, args.recipe, time.monotonic() - start)
+    pipeline.final_report(config, recipe.target)
     return 0

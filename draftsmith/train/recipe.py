@@ -41,6 +41,7 @@ class TrainRecipe:
         self.best_score: float | None = None
         self.best_step: int | None = None
         self.decoder_missing = False
+        self.wandb_run: dict | None = None
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -83,13 +84,17 @@ class TrainRecipe:
 
             (self.output_dir / "train_config.yaml").write_text(yaml.safe_dump(to_dict(self.config), sort_keys=False))
 
-    def _setup_target(self) -> None:
+    def load_target(self):
+        """The frozen target (loaded once; the pipeline's prepare step shares it)."""
         if self.target is None:
             from draftsmith.target import load_target
 
             spec = self.config.target
             self.target = load_target(spec.name, dtype=spec.dtype, trust_remote_code=spec.trust_remote_code)
-        self.target.model.requires_grad_(False)
+        return self.target
+
+    def _setup_target(self) -> None:
+        self.load_target().model.requires_grad_(False)
 
     def _setup_model(self) -> None:
         from accelerate.utils import set_seed
@@ -145,6 +150,10 @@ class TrainRecipe:
             tracking.project, config=flatten(to_dict(self.config)),
             init_kwargs={"wandb": {"name": run_name, "dir": str(self.output_dir)}},
         )
+        if "wandb" in tracking.report_to and self.main:  # the model card links and logs to this run
+            run = self.accelerator.get_tracker("wandb", unwrap=True)
+            self.wandb_run = {"id": run.id, "project": run.project, "entity": run.entity,
+                              "url": run.url, "dir": str(run.dir)}
 
     def _resume(self) -> None:
         folder = checkpoint.latest_checkpoint(self.output_dir)

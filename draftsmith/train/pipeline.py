@@ -1,0 +1,102 @@
+"""The steps a recipe runs around training: prepare the data first, report on best/ afterwards.
+
+`draftsmith train recipes/smollm2-135m/eagle3.yaml` is the whole pipeline of DESIGN §1 in one
+command: built-in corpus -> prepare (once; skipped when data.prepared already holds it) ->
+online capture inside training -> train -> the final `draftsmith eval` report on HumanEval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.train.config import TrainConfig, prepare_config
+
+PREPARED_MARK = "prepare_report.json"  # written last by `prepare`, so its presence means "complete"
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def ensure_prepared(config: TrainConfig, target=None, wait_s: float = 3600.0) -> None:
+    """Run `prepare` when the recipe has a prepare section and data.prepared is not prepared yet.
+
+    Under `accelerate launch` only rank 0 prepares; the other ranks wait for its report file.
+    """
+    if config.prepare is None:
+        return
+    done = Path(config.data.prepared) / PREPARED_MARK
+    if done.is_file():
+        return
+    if _rank() != 0:
+        deadline = time.monotonic() + wait_s
+        while not done.is_file():
+            if time.monotonic() > deadline:
+                raise DraftsmithError(f"Rank {_rank()} waited {wait_s:.0f} s for rank 0 to write {done}.")
+            time.sleep(2.0)
+        return
+    from draftsmith.data.prepared import prepare
+
+    options = prepare_config(config)
+    print(f"preparing {', '.join(options.input)} -> {options.out} (first run only)")
+    report = prepare(options, target)
+    print(f"prepared {report['rows_kept']} conversations, {report['trainable_tokens']} trainable tokens"
+          + (f", draft vocabulary coverage {report['draft_vocab_coverage']:.3f}"
+             if report.get("draft_vocab_coverage") is not None else ""))
+
+
+def write_training_facts(config: TrainConfig, recipe, recipe_path: str | None, wall_time_s: float) -> Path:
+    """OUTPUT_DIR/training.json: what the model card says about how the drafter was trained."""
+    import torch
+
+    facts: dict = {
+        "target": config.target.name,
+        "recipe": recipe_path,
+        "data": config.data.prepared or config.data.features,
+        "steps": recipe.step,
+        "global_batch": recipe._layout()["global_batch"],
+        "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores"
+        + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "")
+        + f", {recipe.accelerator.num_processes} process(es)",
+        "wall_time": f"{wall_time_s / 60:.1f} min",
+        "best_step": recipe.best_step,
+        "best_acceptance_length": recipe.best_score,
+    }
+    report = Path(config.data.prepared or "") / PREPARED_MARK
+    if config.data.prepared and report.is_file():
+        prepared = json.loads(report.read_text())
+        facts.update(examples=prepared.get("rows_kept"), tokens=prepared.get("tokens"))
+    best = Path(config.output_dir) / "best.json"
+    if best.is_file():
+        facts["accuracy_per_step"] = {k: v for k, v in json.loads(best.read_text()).items() if k.startswith("acc_")}
+    run = getattr(recipe, "wandb_run", None)
+    if run is not None:
+        facts["wandb"] = run
+    path = Path(config.output_dir) / "training.json"
+    path.write_text(json.dumps(facts, indent=2, default=str))
+    return path
+
+
+def final_report(config: TrainConfig, target) -> dict | None:
+    """Decode the report prompts with best/ through the same code as `draftsmith eval`; print the summary."""
+    section = config.report
+    best = Path(config.output_dir) / "best"
+    if section.num_prompts < 1:
+        return None
+    if not best.is_dir():
+        raise DraftsmithError(f"No drafter at {best} to report on; training did not produce best/.")
+    from draftsmith.eval.command import EvalConfig, evaluate_and_report
+
+    eval_config = EvalConfig(
+        target=config.target.name, drafter=str(best), out=section.out or str(Path(config.output_dir) / "eval"),
+        prompts=section.prompts, num_prompts=section.num_prompts, max_new_tokens=section.max_new_tokens,
+        draft_length=section.draft_length, tree=section.tree, dtype=config.target.dtype,
+        transformers_baseline=section.transformers_baseline,
+    )
+    eval_config.validate()
+    return evaluate_and_report(eval_config, target=target)

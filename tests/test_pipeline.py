@@ -1,0 +1,93 @@
+"""The whole pipeline in one command (`draftsmith train RECIPE`): prepare -> online capture -> train
+-> final eval report -> export; and every shipped recipe parses against its command's config."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from draftsmith.cli import main
+from draftsmith.config import load
+from draftsmith.errors import DraftsmithError
+from draftsmith.train.config import TrainConfig
+from test_train import counting_conversations
+from tiny import tiny_target
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN_RECIPES = sorted((ROOT / "recipes").glob("*/*.yaml"))
+TRAIN_RECIPES = [p for p in TRAIN_RECIPES if p.parent.name != "accelerate"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: threads only add overhead
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("path", TRAIN_RECIPES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_shipped_recipe_parses_and_opens_with_its_command(path):
+    first = path.read_text().splitlines()[0]
+    assert first == f"# draftsmith train {path.relative_to(ROOT)}", first
+    config = load(TrainConfig, path)
+    assert config.prepare is not None and config.report.num_prompts > 0  # runs end to end
+
+
+def test_default_recipe_is_the_one_make_demo_runs():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "draftsmith train recipes/smollm2-135m/eagle3.yaml" in makefile
+
+
+def test_prepare_section_is_checked_strictly():
+    with pytest.raises(DraftsmithError, match="prepare.max_lenght.*max_length"):
+        load(TrainConfig, ROOT / "recipes/smollm2-135m/eagle3.yaml", ["prepare.max_lenght=3"])
+    with pytest.raises(DraftsmithError, match="prepare.target comes from the recipe"):
+        load(TrainConfig, ROOT / "recipes/smollm2-135m/eagle3.yaml", ["prepare.target=x"])
+
+
+def test_one_command_prepares_trains_reports_and_exports(tmp_path, capsys):
+    target = tiny_target()
+    target.model.save_pretrained(tmp_path / "target")
+    target.tokenizer.save_pretrained(tmp_path / "target")
+    with open(tmp_path / "chats.jsonl", "w") as handle:
+        for row in counting_conversations(40):
+            handle.write(json.dumps(row) + "\n")
+        handle.write("{broken json\n")  # reported by prepare, never fatal
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"count from {k}"}) + "\n" for k in (3, 11)))
+    recipe = {
+        "target": {"name": str(tmp_path / "target")},
+        "prepare": {"input": [str(tmp_path / "chats.jsonl")], "max_length": 96, "eval_fraction": 0.2,
+                    "draft_vocab_size": 8},
+        "data": {"prepared": str(tmp_path / "data"), "online": True, "draft_vocab": str(tmp_path / "data"),
+                 "batch_size": 2, "max_length": 48},
+        "drafter": {"kind": "eagle", "variant": "eagle3", "ttt_steps": 3},
+        "train": {"max_steps": 6, "lr": 1e-3, "warmup_steps": 1, "precision": "fp32", "eval_every": 3,
+                  "checkpoint_every": 3},
+        "eval": {"batches": 1, "num_prompts": 1, "max_new_tokens": 8, "draft_length": 3},
+        "report": {"num_prompts": 2, "prompts": str(prompts), "max_new_tokens": 12, "draft_length": 3},
+        "output_dir": str(tmp_path / "run"),
+    }
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    assert main(["train", str(path)]) == 0
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "data" / "prepare_report.json").read_text())
+    assert report["rows_rejected"] == 1 and report["rejected"][0]["line"] == 41
+    results = json.loads((tmp_path / "run" / "eval" / "results.json").read_text())
+    assert results["acceptance_length"] >= 1.0 and results["lossless"] == {"checked": 2, "identical": 2}
+    assert "τ" in out and "speedup" in out and str(tmp_path / "run" / "eval" / "report.html") in out
+    training = json.loads((tmp_path / "run" / "training.json").read_text())
+    assert training["steps"] == 6 and training["examples"] == report["rows_kept"]
+
+    # the contract other commands rely on: DIR/best is what eval and export take
+    assert main(["export", str(tmp_path / "run" / "best"), "--format", "speculators",
+                 "--out", str(tmp_path / "export")]) == 0
+    assert json.loads((tmp_path / "export" / "config.json").read_text())["speculators_model_type"] == "eagle3"
+
+    # a second run with resume=true finds the finished run and only reports again
+    assert main(["train", str(path), "resume=true", "report.num_prompts=1"]) == 0
+    assert json.loads((tmp_path / "run" / "eval" / "results.json").read_text())["lossless"]["checked"] == 1
