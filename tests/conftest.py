@@ -8,7 +8,10 @@ import torch
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["HF_HUB_OFFLINE"] = "1"  # tests never touch the network
 os.environ.setdefault("WANDB_MODE", "offline")
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# Tests run tiny models, where a second thread only adds hand-offs (and, with the launcher tests'
+# 2 processes on 2 cores, oversubscription): one thread here and in every subprocess a test starts.
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 
 @pytest.fixture

@@ -19,14 +19,6 @@ from draftsmith.data.prepared import PrepareConfig, load_prepared, prepare
 from draftsmith.errors import DraftsmithError
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core machine they lose 50x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex my bad job".split()
 

@@ -3,20 +3,11 @@
 import json
 
 import pytest
-import torch
 
 from draftsmith.data.prepared import PrepareConfig, load_prepared, load_token_counts, prepare
 from draftsmith.data.templates import RowError, normalize_row, tokenize_conversation
 from draftsmith.errors import DraftsmithError
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core machine they lose 50x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 # Llama-3 style: bos, header tokens, trimmed contents, <|eot_id|>; no generation markers.
 LLAMA3 = (

@@ -8,22 +8,12 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import torch
 
 from draftsmith.data.prepared import PrepareConfig, load_prepared, prepare
 from draftsmith.data.regenerate import read_cache, regenerate_batch
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core machine they lose 50x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_multi_turn_regeneration_sees_earlier_regenerated_turns(monkeypatch, tiny_llama):

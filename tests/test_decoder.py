@@ -15,15 +15,6 @@ GREEDY = Sampling()
 PROMPT = torch.tensor([[257, 10, 20, 30, 40, 10, 20, 30, 50, 60, 70]])
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: a second thread only adds hand-offs (and on a shared CPU, waits)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # --------------------------------------------------------------------------- rigged drafters
 class Rigged:
     """Drafts from a known greedy continuation `reference` (prompt + output), corrupted on demand.

@@ -14,14 +14,6 @@ from draftsmith.eval.verify import target_probs, verify_chain, verify_tree
 V = 6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Thousands of tiny-tensor steps: thread hand-offs would cost more than the math."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 SAMPLINGS = [Sampling(1.0), Sampling(1.2, top_k=5, top_p=0.9)]
 
 

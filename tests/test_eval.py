@@ -18,15 +18,6 @@ from draftsmith.eval.prompts import load_prompts
 from draftsmith.eval.runner import load_drafter
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: a second thread only adds hand-offs (and on a shared CPU, waits)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def write_lines(path, lines):
     path.write_text("".join(line + "\n" for line in lines))
     return path

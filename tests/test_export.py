@@ -12,6 +12,7 @@ from test_export_support import (
 )
 
 from draftsmith import export as ex
+from draftsmith import export_check
 from draftsmith.errors import DraftsmithError
 
 
@@ -37,8 +38,8 @@ def test_layer_id_conventions_follow_design_section_4():
     for fmt in ex.FORMATS:
         assert ex.from_format_layer_ids(fmt, ex.to_format_layer_ids(fmt, ours)) == ours
     # the last layer's output cannot be captured by either engine (they capture before a layer runs)
-    assert ex.format_layer_id_range("speculators", 30) == range(1, 30)
-    assert ex.format_layer_id_range("sglang", 30) == range(0, 29)
+    assert export_check.format_layer_id_range("speculators", 30) == range(1, 30)
+    assert export_check.format_layer_id_range("sglang", 30) == range(0, 29)
 
 
 # --------------------------------------------------------------------------- writers
@@ -204,7 +205,7 @@ def test_validator_accepts_offsets_that_happen_to_be_arange(checkpoint, tmp_path
     used = torch.arange(DRAFT_VOCAB) * 2
     t2d = torch.zeros(VOCAB, dtype=torch.bool)
     t2d[used] = True
-    ex.check_vocab_map(used - torch.arange(DRAFT_VOCAB), t2d, problems)
+    export_check.check_vocab_map(used - torch.arange(DRAFT_VOCAB), t2d, problems)
     assert problems == []
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-import torch
 import yaml
 from test_export_support import TARGET_HUB_ID, always_accepted_target, make_checkpoint
 
@@ -17,14 +16,6 @@ from draftsmith import export as ex
 from draftsmith import model_card
 from draftsmith.cli import main
 from draftsmith.errors import DraftsmithError
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

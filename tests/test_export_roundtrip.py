@@ -15,15 +15,6 @@ from draftsmith.eval.decoder import speculative_generate
 PROMPTS = [[257, 72, 101, 108, 108, 111, 258], [257, 1, 2, 3, 1, 2, 3, 1, 2], [40, 41, 42, 43, 44, 45]]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny models on a shared 2-core machine: one thread is ~10x faster than two fighting for cores.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("roundtrip")

@@ -13,16 +13,8 @@ from draftsmith import export as ex
 from draftsmith.drafters import DecodeState, eagle
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
-def test_smollm2_eagle3_exports_and_loads_back(smollm2, tmp_path, one_thread):
+def test_smollm2_eagle3_exports_and_loads_back(smollm2, tmp_path):
     drafter = eagle.create(eagle.Config(), smollm2, draft_vocab(size=2048, vocab=smollm2.vocab_size))
     drafter.save_pretrained(tmp_path / "run" / "best")
     (tmp_path / "run" / "training.json").write_text(json.dumps({"target": "smollm2-135m-instruct"}))

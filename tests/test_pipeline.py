@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from draftsmith.cli import main
@@ -18,14 +17,6 @@ from tiny import tiny_target
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_RECIPES = sorted((ROOT / "recipes").glob("*/*.yaml"))
 TRAIN_RECIPES = [p for p in TRAIN_RECIPES if p.parent.name != "accelerate"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: threads only add overhead
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("path", TRAIN_RECIPES, ids=lambda p: f"{p.parent.name}/{p.name}")

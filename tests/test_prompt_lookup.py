@@ -9,15 +9,6 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.eval.decoder import plain_generate, speculative_generate
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: a second thread only adds hand-offs (and on a shared CPU, waits)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def state(tokens):
     return DecodeState(torch.tensor([tokens]))
 
