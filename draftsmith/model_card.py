@@ -22,7 +22,8 @@ UNKNOWN = "not recorded"
 
 # --------------------------------------------------------------------------- finding the facts
 def find_eval_results(checkpoint: Path, explicit: str | Path | None = None) -> Path | None:
-    """The results.json to report: `explicit` (file or folder), else the newest one under the checkpoint."""
+    """The results.json to report: `explicit` (file or folder), else the newest one under the checkpoint
+    or in the run's `eval/` folder beside it (where `draftsmith train`'s final report writes)."""
     if explicit is not None:
         path = Path(explicit).expanduser()
         if path.is_dir():
@@ -32,6 +33,7 @@ def find_eval_results(checkpoint: Path, explicit: str | Path | None = None) -> P
                                   "`draftsmith eval --out DIR`, or the DIR itself.")
         return path
     found = [p for pattern in ("results.json", "*/results.json", "*/*/results.json") for p in checkpoint.glob(pattern)]
+    found += list(checkpoint.parent.glob("eval/results.json"))
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
