@@ -163,6 +163,10 @@ def _training_section(training: dict) -> str:
     run = training.get("wandb") or {}
     if run.get("url"):
         lines += ["", f"Training run on Weights & Biases: {run['url']}"]
+    elif run.get("id"):  # an offline run has no url until it is synced
+        where = Path(run["dir"]).parent if run.get("dir") else None
+        lines += ["", f"Training run on Weights & Biases: project `{run.get('project')}`, run id `{run['id']}`"
+                  + (f" (logged offline; `wandb sync {where}` uploads it)." if where else ".")]
     return "\n".join(lines) + "\n"
 
 

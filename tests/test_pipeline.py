@@ -39,7 +39,8 @@ def test_prepare_section_is_checked_strictly():
         load(TrainConfig, ROOT / "recipes/smollm2-135m/eagle3.yaml", ["prepare.target=x"])
 
 
-def test_one_command_prepares_trains_reports_and_exports(tmp_path, capsys):
+def test_one_command_prepares_trains_reports_and_exports(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))  # offline W&B runs (conftest) stay in tmp_path
     target = tiny_target()
     target.model.save_pretrained(tmp_path / "target")
     target.tokenizer.save_pretrained(tmp_path / "target")
@@ -60,6 +61,7 @@ def test_one_command_prepares_trains_reports_and_exports(tmp_path, capsys):
                   "checkpoint_every": 3},
         "eval": {"batches": 1, "num_prompts": 1, "max_new_tokens": 8, "draft_length": 3},
         "report": {"num_prompts": 2, "prompts": str(prompts), "max_new_tokens": 12, "draft_length": 3},
+        "tracking": {"report_to": ["wandb"], "project": "draftsmith-tests"},
         "output_dir": str(tmp_path / "run"),
     }
     path = tmp_path / "recipe.yaml"
@@ -73,11 +75,14 @@ def test_one_command_prepares_trains_reports_and_exports(tmp_path, capsys):
     assert "τ" in out and "speedup" in out and str(tmp_path / "run" / "eval" / "report.html") in out
     training = json.loads((tmp_path / "run" / "training.json").read_text())
     assert training["steps"] == 6 and training["examples"] == report["rows_kept"]
+    assert training["wandb"]["project"] == "draftsmith-tests" and Path(training["wandb"]["dir"]).is_dir()
 
     # the contract other commands rely on: DIR/best is what eval and export take
     assert main(["export", str(tmp_path / "run" / "best"), "--format", "speculators",
                  "--out", str(tmp_path / "export")]) == 0
     assert json.loads((tmp_path / "export" / "config.json").read_text())["speculators_model_type"] == "eagle3"
+    card = (tmp_path / "export" / "README.md").read_text()
+    assert f"run id `{training['wandb']['id']}`" in card and f"{results['acceptance_length']:.3f}" in card
 
     # a second run with resume=true finds the finished run and only reports again
     assert main(["train", str(path), "resume=true", "report.num_prompts=1"]) == 0
