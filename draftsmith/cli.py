@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -80,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     registered = set()
     for module_name in COMMANDS.values():
-        if module_name in registered or importlib.util.find_spec(module_name) is None:
+        if module_name in registered:
             continue
         registered.add(module_name)
         importlib.import_module(module_name).register(subparsers)

@@ -20,8 +20,12 @@ def draftsmith(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def test_help_lists_commands():
+    from draftsmith.cli import COMMANDS
+
     out = draftsmith("--help").stdout
-    assert "info" in out
+    for command in COMMANDS:
+        assert command in out
+        assert f"usage: draftsmith {command}" in draftsmith(command, "--help").stdout
 
 
 def test_info_on_local_folder_json(tmp_path, tiny_llama):

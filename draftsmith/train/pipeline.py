@@ -59,7 +59,7 @@ def write_training_facts(config: TrainConfig, recipe, recipe_path: str | None, w
         "recipe": recipe_path,
         "data": config.data.prepared or config.data.features,
         "steps": recipe.step,
-        "global_batch": recipe._layout()["global_batch"],
+        "global_batch": recipe.layout()["global_batch"],
         "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores"
         + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "")
         + f", {recipe.accelerator.num_processes} process(es)",

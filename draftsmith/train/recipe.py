@@ -69,7 +69,7 @@ class TrainRecipe:
             state = self.accelerator.state
             print(f"training {self.kind} drafter: {state.distributed_type.value} x{state.num_processes} on "
                   f"{state.device.type}, precision {self.config.train.precision}, global batch "
-                  f"{self._layout()['global_batch']} sequences -> {self.output_dir}")
+                  f"{self.layout()['global_batch']} sequences -> {self.output_dir}")
 
     def _check_output_dir(self) -> None:
         existing = checkpoint.latest_checkpoint(self.output_dir)
@@ -158,7 +158,7 @@ class TrainRecipe:
     def _resume(self) -> None:
         folder = checkpoint.latest_checkpoint(self.output_dir)
         state = checkpoint.load_checkpoint(self.accelerator, folder)
-        layout = self._layout()
+        layout = self.layout()
         if state["layout"]["global_batch"] != layout["global_batch"] or state["layout"]["batch_size"] != layout["batch_size"]:
             raise DraftsmithError(
                 f"{folder} was trained with {state['layout']} (processes x grad_accum x batch_size); this run has "
@@ -182,11 +182,11 @@ class TrainRecipe:
 
     def _data_position(self) -> dict:
         """Where the sample stream stands: the order is a function of (seed, samples consumed)."""
-        consumed = self.step * self._layout()["global_batch"]
+        consumed = self.step * self.layout()["global_batch"]
         return {"seed": self.config.train.seed, "num_samples": len(self.data.train), "samples_consumed": consumed,
                 "epoch": consumed // len(self.data.train)}
 
-    def _layout(self) -> dict:
+    def layout(self) -> dict:
         world, accum, batch = self.accelerator.num_processes, self.config.train.grad_accum, self.config.data.batch_size
         return {"processes": world, "grad_accum": accum, "batch_size": batch, "global_batch": world * accum * batch}
 
@@ -370,7 +370,7 @@ class TrainRecipe:
     def save_checkpoint(self) -> Path:
         """checkpoint-<step>/ with everything needed to continue exactly; `latest` points to it."""
         state = {"step": self.step, "best_score": self.best_score, "best_step": self.best_step,
-                 "layout": self._layout(), "kind": self.kind, "data": self._data_position()}
+                 "layout": self.layout(), "kind": self.kind, "data": self._data_position()}
         with checkpoint.preserved_rng():
             return checkpoint.save_checkpoint(self.accelerator, self.output_dir, self.step, state,
                                               self._export_drafter, self.config.train.keep_checkpoints)
