@@ -11,8 +11,7 @@ from draftsmith.cli import main
 from draftsmith.config import load
 from draftsmith.errors import DraftsmithError
 from draftsmith.train.config import TrainConfig
-from test_train import counting_conversations
-from tiny import tiny_target
+from test_train import write_target_and_conversations
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_RECIPES = sorted((ROOT / "recipes").glob("*/*.yaml"))
@@ -41,18 +40,14 @@ def test_prepare_section_is_checked_strictly():
 
 def test_one_command_prepares_trains_reports_and_exports(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))  # offline W&B runs (conftest) stay in tmp_path
-    target = tiny_target()
-    target.model.save_pretrained(tmp_path / "target")
-    target.tokenizer.save_pretrained(tmp_path / "target")
-    with open(tmp_path / "chats.jsonl", "w") as handle:
-        for row in counting_conversations(40):
-            handle.write(json.dumps(row) + "\n")
+    write_target_and_conversations(tmp_path)
+    with open(tmp_path / "conversations.jsonl", "a") as handle:
         handle.write("{broken json\n")  # reported by prepare, never fatal
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"count from {k}"}) + "\n" for k in (3, 11)))
     recipe = {
         "target": {"name": str(tmp_path / "target")},
-        "prepare": {"input": [str(tmp_path / "chats.jsonl")], "max_length": 96, "eval_fraction": 0.2,
+        "prepare": {"input": [str(tmp_path / "conversations.jsonl")], "max_length": 96, "eval_fraction": 0.2,
                     "draft_vocab_size": 8},
         "data": {"prepared": str(tmp_path / "data"), "online": True, "draft_vocab": str(tmp_path / "data"),
                  "batch_size": 2, "max_length": 48},

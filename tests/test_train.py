@@ -30,10 +30,8 @@ def counting_conversations(n: int) -> list[dict]:
     ]
 
 
-def write_assets(root: Path) -> dict:
-    """A tiny target folder and a prepared train/eval folder made from it (what the CLI reads)."""
-    from draftsmith.data.prepared import PrepareConfig, prepare
-
+def write_target_and_conversations(root: Path):
+    """A tiny target saved as a model folder plus 40 conversations as jsonl; returns the target."""
     root.mkdir(parents=True, exist_ok=True)
     target = tiny_target()
     target.model.save_pretrained(root / "target")
@@ -41,6 +39,14 @@ def write_assets(root: Path) -> dict:
     with open(root / "conversations.jsonl", "w") as handle:
         for row in counting_conversations(40):
             handle.write(json.dumps(row) + "\n")
+    return target
+
+
+def write_assets(root: Path) -> dict:
+    """A tiny target folder and a prepared train/eval folder made from it (what the CLI reads)."""
+    from draftsmith.data.prepared import PrepareConfig, prepare
+
+    target = write_target_and_conversations(root)
     prepare(PrepareConfig(target=str(root / "target"), input=[str(root / "conversations.jsonl")],
                           out=str(root / "data"), eval_fraction=0.2, max_length=96), target=target)
     return {"target": str(root / "target"), "prepared": str(root / "data")}
