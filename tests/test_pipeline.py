@@ -79,6 +79,10 @@ def test_one_command_prepares_trains_reports_and_exports(tmp_path, capsys, monke
     card = (tmp_path / "export" / "README.md").read_text()
     assert f"run id `{training['wandb']['id']}`" in card and f"{results['acceptance_length']:.3f}" in card
 
+    # prepared data made with other options is never reused silently
+    assert main(["train", str(path), "resume=true", "prepare.max_length=64"]) == 2
+    assert "prepare.max_length: recipe 64, data 96" in capsys.readouterr().err
+
     # a second run with resume=true finds the finished run and only reports again
     assert main(["train", str(path), "resume=true", "report.num_prompts=1"]) == 0
     assert json.loads((tmp_path / "run" / "eval" / "results.json").read_text())["lossless"]["checked"] == 1

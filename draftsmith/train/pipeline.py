@@ -32,6 +32,7 @@ def ensure_prepared(config: TrainConfig, target=None, wait_s: float = 3600.0) ->
         return
     done = Path(config.data.prepared) / PREPARED_MARK
     if done.is_file():
+        check_prepared_matches(json.loads(done.read_text()), prepare_config(config), done)
         return
     if _rank() != 0:
         deadline = time.monotonic() + wait_s
@@ -48,6 +49,21 @@ def ensure_prepared(config: TrainConfig, target=None, wait_s: float = 3600.0) ->
     print(f"prepared {report['rows_kept']} conversations, {report['trainable_tokens']} trainable tokens"
           + (f", draft vocabulary coverage {report['draft_vocab_coverage']:.3f}"
              if report.get("draft_vocab_coverage") is not None else ""))
+
+
+def check_prepared_matches(report: dict, wanted, where: Path) -> None:
+    """Refuse to reuse prepared data made with other prepare options than the recipe asks for."""
+    made = {"input": report.get("inputs"), "max_length": report.get("max_length"),
+            "last_turn_only": report.get("last_turn_only"), "regenerate": report.get("regenerated"),
+            "draft_vocab_size": report.get("draft_vocab_size")}
+    asked = {"input": list(wanted.input), "max_length": wanted.max_length, "last_turn_only": wanted.last_turn_only,
+             "regenerate": wanted.regenerate, "draft_vocab_size": wanted.draft_vocab_size}
+    differ = [f"prepare.{key}: recipe {asked[key]!r}, data {made[key]!r}" for key in asked if asked[key] != made[key]]
+    if differ:
+        raise DraftsmithError(
+            f"The prepared data in '{where.parent}' was made with other options than this recipe asks for "
+            f"({'; '.join(differ)}). Point data.prepared at a new folder, or delete that one to prepare it again."
+        )
 
 
 def write_training_facts(config: TrainConfig, recipe, recipe_path: str | None, wall_time_s: float) -> Path:
