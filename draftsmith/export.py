@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 import torch
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.files import replace_folder
 from draftsmith.export_check import (
     FORMATS, SGLANG_EXTRA_KEYS, SGLANG_FIRST_LAYER, Expected, check_files, Problems, raise_problems, detect_format,
     from_format_layer_ids, to_format_layer_ids, validate_export,
@@ -373,7 +373,7 @@ def export_with_card(checkpoint: str | Path, fmt: str, out: str | Path, *, specu
         check_files(staging, problems)  # the card adds README.md and PNGs only
         if problems:
             raise_problems(staging, problems)
-        _move_into_place(staging, out)
+        replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -406,17 +406,6 @@ def card_facts(ckpt: Eagle3Checkpoint, fmt: str, model_ref: str, speculative_tok
     )
 
 
-def _move_into_place(staging: Path, out: Path) -> None:
-    """Rename the validated staging folder to `out`; an existing `out` (with --force) goes only after."""
-    if not out.exists():
-        os.replace(staging, out)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-    os.replace(out, old / out.name)
-    os.replace(staging, out)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 # --------------------------------------------------------------------------- command line
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `export` subcommand."""
@@ -435,7 +424,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="draft length written into the speculators config and the serving commands (default: "
                         "the draft length of the reported eval run, else 3)")
     parser.add_argument("--eval-results", help="results.json (or its folder) from `draftsmith eval` for the card; "
-                        "default: the newest results.json under the checkpoint folder")
+                        "default: the newest results.json under the checkpoint folder or in the run's eval/ folder beside it")
     parser.add_argument("--verifier", help="hub id of the target to write into the config and card (default: the "
                         "target the drafter was trained on)")
     parser.add_argument("--license", help="license for the card metadata (default: the target's, when known)")

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.files import file_sha256
 
 # Built-in targets that a pip package ships: alias -> (package, file inside it, install hint).
 BUILTIN_TARGETS = {
@@ -248,15 +249,6 @@ def builtin_gguf_path(alias: str) -> Path:
     if not path.is_file():
         raise DraftsmithError(f"The package '{package}' is installed but {path} is missing. Reinstall: {install}")
     return path
-
-
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    """sha256 of a file, read in 4 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _load_gguf(path: Path, dtype: torch.dtype):

@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "prepare":
         from draftsmith.data.prepared import prepare
 
-        report = prepare(from_flags(PrepareConfig, args))
-        _print_prepare(report, from_flags(PrepareConfig, args).out)
+        config = from_flags(PrepareConfig, args)
+        _print_prepare(prepare(config), config.out)
         return 0
     config = from_flags(CaptureConfig, args)
     if config.verify:

@@ -19,6 +19,7 @@ from draftsmith.data.capture import (
     CONFIG, MANIFEST, TokenDataset, batches_by_tokens, capture_batch, collate, parse_layers, read_manifest,
 )
 from draftsmith.errors import DraftsmithError
+from draftsmith.files import file_sha256, write_atomically
 
 
 @dataclass
@@ -111,7 +112,7 @@ def write_capture(config: CaptureConfig, target=None) -> dict | None:
               disable=ranks.rank != 0, mininterval=1.0) as bar:
         for k in mine:
             if (out / _shard(k)).is_file():  # killed after the shard's rename, before its sidecar
-                _write_sidecar(out, k, _file_sha256(out / _shard(k)))
+                _write_sidecar(out, k, file_sha256(out / _shard(k)))
                 continue
             ids = _shard_ids(k, config.samples_per_shard, len(split))
             tensors, metadata = capture_samples(target, dataset, lengths, ids, layers, dtype, config, pad_id)
@@ -121,7 +122,7 @@ def write_capture(config: CaptureConfig, target=None) -> dict | None:
     if ranks.rank != 0:
         return None
     manifest = build_manifest(out, plan, num_shards)
-    _write_atomically(out / MANIFEST, json.dumps(manifest, indent=2).encode())
+    write_atomically(out / MANIFEST, json.dumps(manifest, indent=2).encode())
     return manifest
 
 
@@ -154,7 +155,7 @@ def write_shard(out: Path, k: int, tensors: dict, metadata: dict) -> None:
     from safetensors.torch import save
 
     blob = save(tensors, metadata)
-    _write_atomically(out / _shard(k), blob)
+    write_atomically(out / _shard(k), blob)
     _write_sidecar(out, k, hashlib.sha256(blob).hexdigest())
 
 
@@ -181,7 +182,7 @@ def verify_capture(directory: str | Path) -> dict:
         path = directory / shard["file"]
         if not path.is_file():
             problems.append(f"{shard['file']}: missing")
-        elif _file_sha256(path) != shard["sha256"]:
+        elif file_sha256(path) != shard["sha256"]:
             problems.append(f"{shard['file']}: sha256 mismatch (file changed or corrupt)")
         seen.extend(shard["sample_ids"])
     if sorted(seen) != list(range(manifest["num_samples"])):
@@ -213,7 +214,7 @@ def _write_sidecar(out: Path, k: int, sha256: str) -> None:
     entry = {"file": _shard(k), "sample_ids": tensors["sample_ids"].tolist(),
              "num_tokens": int(metadata["num_tokens"]), "bytes": (out / _shard(k)).stat().st_size,
              "sha256": sha256}
-    _write_atomically(out / _sidecar(k), json.dumps(entry).encode())
+    write_atomically(out / _sidecar(k), json.dumps(entry).encode())
 
 
 def _check_or_write_plan(out: Path, plan: dict) -> None:
@@ -227,24 +228,4 @@ def _check_or_write_plan(out: Path, plan: dict) -> None:
                 "Rerun with the original settings to resume it, or choose a new --out."
             )
         return
-    _write_atomically(path, json.dumps(plan, indent=2).encode())
-
-
-def _write_atomically(path: Path, blob: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(blob)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
-def _file_sha256(path: Path) -> str:
-    from draftsmith.target import file_sha256
-
-    return file_sha256(path)
+    write_atomically(path, json.dumps(plan, indent=2).encode())

@@ -21,6 +21,7 @@ import torch
 from draftsmith.data.sources import read_rows
 from draftsmith.data.templates import RowError, normalize_row, tokenize_conversation
 from draftsmith.errors import DraftsmithError
+from draftsmith.files import replace_folder, write_atomically
 
 REPORT = "prepare_report.json"
 TOKEN_COUNTS = "token_counts.safetensors"
@@ -165,7 +166,7 @@ def prepare(config: PrepareConfig, target=None) -> dict:
             save_draft_vocab(out, vocab)
             report["draft_vocab_coverage"] = vocab.coverage
     finally:  # the report is written even when the vocabulary size is refused
-        _write_json_atomically(out / REPORT, report)
+        write_atomically(out / REPORT, json.dumps(report, indent=2, ensure_ascii=False))
     return report
 
 
@@ -248,15 +249,4 @@ def _save_dataset(dataset, path: Path) -> None:
     # at least one shard per split: `datasets` cannot reload a split saved as zero shards (eval_fraction=0)
     shards = {name: max(1, -(-split.data.nbytes // 500_000_000)) for name, split in dataset.items()}
     dataset.save_to_disk(str(staging), num_shards=shards)
-    if path.exists():
-        shutil.rmtree(path)
-    os.replace(staging, path)
-
-
-def _write_json_atomically(path: Path, data) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2, ensure_ascii=False)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    replace_folder(staging, path)

@@ -12,7 +12,6 @@ A crash at any moment leaves either the old or the new checkpoint complete, neve
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.files import replace_folder, write_atomically
 
 STATE_FILE = "trainer_state.json"
 DRAFTER_FOLDER = "drafter"
@@ -43,25 +43,6 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
             "checkpoint-<step> folder or start in a fresh output_dir."
         )
     return folder
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write a small text file so readers see either the old or the new content."""
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(text)
-    os.replace(staging, path)
-
-
-def replace_folder(staging: Path, destination: Path) -> None:
-    """Move a finished folder into place, replacing an older one of the same name."""
-    if destination.exists():
-        retired = destination.with_name(f".{destination.name}.old")
-        shutil.rmtree(retired, ignore_errors=True)
-        os.replace(destination, retired)
-        os.replace(staging, destination)
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        os.replace(staging, destination)
 
 
 def save_checkpoint(accelerator, output_dir: Path, step: int, trainer_state: dict, export_drafter, keep: int) -> Path:

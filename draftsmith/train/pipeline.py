@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.files import write_atomically
 from draftsmith.train.config import TrainConfig, prepare_config
 
 PREPARED_MARK = "prepare_report.json"  # written last by `prepare`, so its presence means "complete"
@@ -94,7 +95,7 @@ def write_training_facts(config: TrainConfig, recipe, recipe_path: str | None, w
     if run is not None:
         facts["wandb"] = run
     path = Path(config.output_dir) / "training.json"
-    path.write_text(json.dumps(facts, indent=2, default=str))
+    write_atomically(path, json.dumps(facts, indent=2, default=str))
     return path
 
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from draftsmith.config import to_dict
 from draftsmith.errors import DraftsmithError
+from draftsmith.files import replace_folder, write_atomically
 from draftsmith.train import checkpoint
 from draftsmith.train.builders import DrafterLoss, broadcast, build_accelerator, flatten, to_device, warmup_cosine
 from draftsmith.train.config import TrainConfig, drafter_config
@@ -348,8 +349,8 @@ class TrainRecipe:
         record["best_acceptance_length"], record["best_step"] = self.best_score, self.best_step
         if self.main:
             if improved:
-                checkpoint.replace_folder(candidate, self.output_dir / "best")
-                checkpoint.write_atomically(self.output_dir / "best.json", json.dumps(record, indent=2))
+                replace_folder(candidate, self.output_dir / "best")
+                write_atomically(self.output_dir / "best.json", json.dumps(record, indent=2))
             else:
                 shutil.rmtree(candidate, ignore_errors=True)
         self.accelerator.wait_for_everyone()

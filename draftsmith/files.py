@@ -1,0 +1,48 @@
+"""File helpers every step shares: writes a reader never sees half-done, and file hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def write_atomically(path: str | Path, data: bytes | str) -> None:
+    """Write `data` so readers see the old file or the new one, never a part of it, even after a crash:
+    write a temporary file beside it, fsync, rename over `path`, fsync the folder."""
+    path = Path(path)
+    blob = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        handle.write(blob)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def replace_folder(staging: str | Path, destination: str | Path) -> None:
+    """Move a finished folder into place by rename; an older folder there is removed only afterwards."""
+    staging, destination = Path(staging), Path(destination)
+    if not destination.exists():
+        os.replace(staging, destination)
+        return
+    retired = Path(tempfile.mkdtemp(prefix=f".{destination.name}.old-", dir=destination.parent))
+    os.replace(destination, retired / destination.name)
+    os.replace(staging, destination)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 22) -> str:
+    """sha256 of a file, read in 4 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
