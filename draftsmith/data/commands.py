@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         from draftsmith.data.prepared import prepare
 
         config = from_flags(PrepareConfig, args)
-        _print_prepare(prepare(config), config.out)
+        print_prepare_report(prepare(config), config.out)
         return 0
     config = from_flags(CaptureConfig, args)
     if config.verify:
@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_prepare(report: dict, out: str) -> None:
+def print_prepare_report(report: dict, out: str) -> None:
+    """The report's counts on one line, the first rejected rows with file:line, and what was written."""
     keys = ("rows_read", "rows_kept", "rows_rejected", "train_rows", "eval_rows", "tokens",
             "trainable_tokens", "truncated", "draft_vocab_coverage")
     print("  ".join(f"{key}={report[key]}" for key in keys if report.get(key) is not None))

@@ -42,14 +42,12 @@ def ensure_prepared(config: TrainConfig, target=None, wait_s: float = 3600.0) ->
                 raise DraftsmithError(f"Rank {_rank()} waited {wait_s:.0f} s for rank 0 to write {done}.")
             time.sleep(2.0)
         return
+    from draftsmith.data.commands import print_prepare_report
     from draftsmith.data.prepared import prepare
 
     options = prepare_config(config)
     print(f"preparing {', '.join(options.input)} -> {options.out} (first run only)")
-    report = prepare(options, target)
-    print(f"prepared {report['rows_kept']} conversations, {report['trainable_tokens']} trainable tokens"
-          + (f", draft vocabulary coverage {report['draft_vocab_coverage']:.3f}"
-             if report.get("draft_vocab_coverage") is not None else ""))
+    print_prepare_report(prepare(options, target), options.out)
 
 
 def check_prepared_matches(report: dict, wanted, where: Path) -> None:
