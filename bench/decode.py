@@ -4,7 +4,9 @@
 
 On HumanEval prompts with smollm2-135m-instruct at T=0, interleaved prompt by prompt:
   1. our plain loop vs generate()                                  (goal >= 1.0x)
-  2. our prompt-lookup speculation vs generate(prompt_lookup_num_tokens=k)   (goal >= 1.25x)
+  2. our prompt-lookup speculation vs generate(prompt_lookup_num_tokens=k)   (goal >= 1.25x);
+     ours picks each draft's length up to k from the cost curve below and running acceptance
+     rates per match length (drafters/prompt_lookup.py); fixed-length runs are shown beside it
   3. the verify-cost curve t(k)/t(1): one target forward over k tokens at a realistic context,
      and each speculative method's speedup as a fraction of the bound tau * t(1) / t(k+1).
 Every greedy output is also compared token by token with our plain loop.
@@ -16,7 +18,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from draftsmith.drafters import DraftShape, Sampling  # noqa: E402
 from draftsmith.drafters.prompt_lookup import Config, PromptLookup  # noqa: E402
 from draftsmith.eval import metrics  # noqa: E402
-from draftsmith.eval.decoder import Generation, eos_ids, plain_generate, speculative_generate  # noqa: E402
+from draftsmith.eval.decoder import Generation, eos_ids, plain_generate, speculative_generate, verify_cost_curve  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402
 from draftsmith.eval.runner import environment, hf_generate  # noqa: E402
 from draftsmith.target import load_target  # noqa: E402
@@ -38,7 +39,7 @@ parser.add_argument("--num-prompts", type=int, default=10)
 parser.add_argument("--max-new-tokens", type=int, default=128)
 parser.add_argument("--draft-length", type=int, default=10, help="k of generate(prompt_lookup_num_tokens=k) and of ours")
 parser.add_argument("--also-draft-length", type=int, nargs="*", default=[3],
-                    help="more k values to run our prompt lookup at (verify cost grows fast with k on a CPU)")
+                    help="more k values to run our prompt lookup at with a fixed length (every draft the full k)")
 parser.add_argument("--ngram", type=int, default=3, help="our prompt lookup: longest n-gram")
 parser.add_argument("--dtype", default="float32")
 parser.add_argument("--threads", type=int, default=0)
@@ -52,7 +53,7 @@ target = load_target(args.target, dtype=args.dtype)
 prompts = load_prompts("humaneval", target, args.num_prompts)
 eos = eos_ids(target)
 k = args.draft_length
-lookup = PromptLookup(Config(max_ngram=args.ngram))
+fixed = PromptLookup(Config(max_ngram=args.ngram, adaptive=False))
 
 
 class ForwardCounter:
@@ -77,16 +78,24 @@ def hf_lookup(ids):
     return generation
 
 
+# ----------------------------------------------------------------------------- verify-cost curve (first: the adaptive lookup uses it)
+# A realistic context: the first prompt plus some of its own tokens repeated up to ~prompt + 64.
+sizes = sorted({*range(1, max([k, *args.also_draft_length]) + 2), 16, 32})
+base = prompts[0].token_ids
+context = torch.tensor([(base * (1 + (len(base) + 64 + max(sizes)) // len(base)))[: len(base) + 64 + max(sizes)]])
+cost = verify_cost_curve(target, sizes, context, repeats=7)
+adaptive = PromptLookup(Config(max_ngram=args.ngram), verify_cost=cost)
+
 METHODS = {
     "plain (ours)": lambda ids: plain_generate(target, ids, GREEDY, args.max_new_tokens, eos),
     "generate()": lambda ids: hf_generate(target, ids, GREEDY, args.max_new_tokens, eos),
-    "prompt lookup (ours)": lambda ids: speculative_generate(target, lookup, ids, DraftShape(k), GREEDY,
+    "prompt lookup (ours)": lambda ids: speculative_generate(target, adaptive, ids, DraftShape(k), GREEDY,
                                                             args.max_new_tokens, eos),
     "generate(prompt_lookup)": hf_lookup,
 }
-for extra_k in args.also_draft_length:
-    METHODS[f"prompt lookup (ours, k={extra_k})"] = (
-        lambda ids, extra_k=extra_k: speculative_generate(target, lookup, ids, DraftShape(extra_k), GREEDY,
+for fixed_k in [k, *args.also_draft_length]:
+    METHODS[f"prompt lookup (ours, fixed k={fixed_k})"] = (
+        lambda ids, fixed_k=fixed_k: speculative_generate(target, fixed, ids, DraftShape(fixed_k), GREEDY,
                                                           args.max_new_tokens, eos))
 
 # ----------------------------------------------------------------------------- decode, interleaved
@@ -105,29 +114,11 @@ for index, prompt in enumerate(prompts):
     print(f"[{index + 1}/{len(prompts)}] {prompt.name}: {len(reference)} tokens, identical to our plain loop: "
           + ", ".join(f"{n}={s}" for n, s in same.items()), flush=True)
 
-# ----------------------------------------------------------------------------- verify-cost curve
-context = torch.tensor([prompts[0].token_ids + runs["plain (ours)"][0].tokens])
-from transformers import DynamicCache  # noqa: E402
-
-cache = DynamicCache(config=target.config)
-target.forward(context, cache=cache, logits_to_keep=1)
-sizes = sorted({*range(1, max(k, *args.also_draft_length) + 2), 16, 32})
-cost = {}
-for size in sizes:
-    chunk = context[:, -size:]
-    times = []
-    for _ in range(7):
-        start = time.perf_counter()
-        target.forward(chunk, cache=cache)
-        times.append(time.perf_counter() - start)
-        cache.crop(-size)
-    cost[size] = statistics.median(times)
-
 # ----------------------------------------------------------------------------- report
 tps = {name: metrics.timing(gens)["tokens_per_s"] for name, gens in runs.items()}
 hf_new = sum(len(g.tokens) - 1 for g in runs["generate(prompt_lookup)"])
-drafts = {name: k for name in METHODS if "lookup" in name}
-drafts.update({f"prompt lookup (ours, k={extra})": extra for extra in args.also_draft_length})
+drafts = {name: k for name in METHODS if "lookup" in name}  # the most each method drafts per pass
+drafts.update({f"prompt lookup (ours, fixed k={extra})": extra for extra in args.also_draft_length})
 tau = {name: metrics.acceptance(runs[name])["acceptance_length"] for name in drafts if "ours" in name}
 tau["generate(prompt_lookup)"] = hf_new / sum(hf_passes)
 identical = {name: sum(g.tokens == p.tokens for g, p in zip(gens, runs["plain (ours)"])) for name, gens in runs.items()}
@@ -151,7 +142,8 @@ results = {
     "bound_at_actual_draft_sizes": bound_at_sizes,
     "fraction_of_bound_at_actual_draft_sizes": {name: speedup[name] / bound_at_sizes[name] for name in bound_at_sizes},
     "identical_to_plain_ours": identical,
-    "config": vars(args), "context_tokens": context.shape[1], "environment": environment(target),
+    "config": vars(args), "context_tokens": context.shape[1] - max(sizes),
+    "adaptive_lookup": adaptive.describe(), "environment": environment(target),
 }
 
 print(f"\n{args.target}, {len(prompts)} HumanEval prompts, T=0, {args.max_new_tokens} new tokens, "
@@ -161,7 +153,7 @@ for name, value in tps.items():
 print(f"our plain loop / generate(): {results['plain_ours_vs_generate']:.2f}x  (goal >= 1.0)")
 for name, ratio in results["prompt_lookup_ours_vs_generate_prompt_lookup"].items():
     print(f"{name} / generate(prompt_lookup_num_tokens={k}): {ratio:.2f}x  (goal >= 1.25)")
-print(f"verify cost t(k)/t(1) at {context.shape[1]} tokens of context: "
+print(f"verify cost t(k)/t(1) at {context.shape[1] - max(sizes)} tokens of context: "
       + ", ".join(f"k={s}: {cost[s] / cost[1]:.2f}" for s in sizes if s in (1, 2, 4, 8, 16, 32) or s - 1 in drafts.values()) + f"  (t(1) = {cost[1] * 1e3:.1f} ms)")
 for name in drafts:
     print(f"  {name:<30} tau {tau[name]:.2f}, speedup over its own plain {speedup[name]:.2f}x, bound "
@@ -170,3 +162,5 @@ for name in drafts:
              f"{results['fraction_of_bound_at_actual_draft_sizes'][name]:.0%}" if name in bound_at_sizes else ""))
 if args.out:
     Path(args.out).write_text(json.dumps(results, indent=2, default=str) + "\n")
+print("adaptive prompt lookup, acceptance per drafted token by match: "
+      + ", ".join(f"{key} {rate:.2f}" for key, rate in adaptive.describe()["acceptance_by_match"].items()))

@@ -5,7 +5,8 @@
 For each draft-vocabulary size: train the default recipe (recipes/smollm2-135m/eagle3.yaml) for
 about --minutes of wall time (steps = budget / seconds per step measured on a short probe), then
 decode the same HumanEval prompts at T=0, interleaved prompt by prompt, with: our plain loop,
-generate(), EAGLE-3 chains, EAGLE-3 trees, our prompt lookup and generate(prompt_lookup_num_tokens).
+EAGLE-3 chains, EAGLE-3 trees, our prompt lookup and generate(prompt_lookup_num_tokens) (our plain
+loop against plain generate() is bench/decode.py's job).
 Prints τ, speedups as ratios measured in this run, the draft-time fraction, online-training
 tokens/s relative to target-forward-only tokens/s, and peak memory (RSS) of the whole run.
 Goals on a 2-core CPU (issue 5): τ >= 3.0 chains, >= 3.5 trees; >= 1.7x our plain loop and
@@ -47,12 +48,14 @@ parser.add_argument("--draft-length", type=int, default=4, help="EAGLE-3 chain l
 parser.add_argument("--tree", default="5,8,32", help="EAGLE-3 tree DEPTH,TOPK,TOTAL")
 parser.add_argument("--lookup-length", type=int, default=10, help="k of both prompt-lookup methods")
 parser.add_argument("--out", default="runs/bench-eagle3", help="where runs and bench.json go")
+parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE",
+                    help="extra overrides of the recipe for every drafter, e.g. drafter.ttt_steps=5")
 args = parser.parse_args()
 out = Path(args.out)
 
 
 def train_config(name: str, *overrides: str) -> TrainConfig:
-    return load(TrainConfig, RECIPE, [f"output_dir={out / name}", "report.num_prompts=0", *overrides])
+    return load(TrainConfig, RECIPE, [f"output_dir={out / name}", "report.num_prompts=0", *args.set, *overrides])
 
 
 def train(config: TrainConfig, target) -> TrainRecipe:
@@ -117,9 +120,9 @@ prompts = load_prompts("humaneval", target, args.num_prompts)
 eos = eos_ids(target)
 depth, top_k, total = (int(v) for v in args.tree.split(","))
 lookup = PromptLookup(LookupConfig())
+lookup.calibrate(target, args.lookup_length)  # adaptive draft lengths, as draftsmith eval does
 methods = {
     "plain (ours)": lambda ids: plain_generate(target, ids, GREEDY, args.max_new_tokens, eos),
-    "generate()": lambda ids: hf_generate(target, ids, GREEDY, args.max_new_tokens, eos),
     "prompt lookup (ours)": lambda ids: speculative_generate(target, lookup, ids, DraftShape(args.lookup_length),
                                                             GREEDY, args.max_new_tokens, eos),
     "generate(prompt_lookup)": lambda ids: hf_generate(target, ids, GREEDY, args.max_new_tokens, eos,

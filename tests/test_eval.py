@@ -139,8 +139,10 @@ def test_light_evaluate_for_training(tiny_llama):
 
 
 # --------------------------------------------------------------------------- the command
-@pytest.mark.parametrize("shape_flags", [["--draft-length", "3"], ["--tree", "3,2,6"]], ids=["chain", "tree"])
-def test_eval_command_writes_the_reports(target_folder, prompt_file, tmp_path, shape_flags):
+@pytest.mark.parametrize("shape_flags, adaptive", [
+    (["--draft-length", "3"], True), (["--draft-length", "3", "--no-adaptive-lookup"], False),
+    (["--tree", "3,2,6"], False)], ids=["chain", "fixed-chain", "tree"])
+def test_eval_command_writes_the_reports(target_folder, prompt_file, tmp_path, shape_flags, adaptive):
     out = tmp_path / "run"
     code = cli.main(["eval", "--target", str(target_folder), "--drafter", "prompt-lookup", "--prompts", str(prompt_file),
                      "--num-prompts", "2", "--max-new-tokens", "16", "--out", str(out), *shape_flags])
@@ -155,6 +157,8 @@ def test_eval_command_writes_the_reports(target_folder, prompt_file, tmp_path, s
     assert results["lossless"] == {"checked": 2, "identical": 2}
     assert results["acceptance_length"] >= 1.0 and results["speedup_vs_transformers"] > 0
     assert results["drafter"]["kind"] == "prompt_lookup" and results["environment"]["torch"] == torch.__version__
+    assert results["drafter"]["adaptive"] is adaptive  # chains measure the verify cost and pick lengths from it
+    assert ("verify_cost_relative" in results["drafter"]) is adaptive
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 4 and "<script" not in page
     assert "acceptance length τ" in (out / "report.md").read_text()

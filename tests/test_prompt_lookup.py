@@ -1,4 +1,4 @@
-"""Prompt lookup: which match it copies, tree drafts as tries, and exactness through the decoder."""
+"""Prompt lookup: which match it copies, tree drafts as tries, adaptive lengths, exactness through the decoder."""
 
 import pytest
 import torch
@@ -6,7 +6,7 @@ import torch
 from draftsmith.drafters import DecodeState, DraftShape, Sampling
 from draftsmith.drafters.prompt_lookup import Config, PromptLookup
 from draftsmith.errors import DraftsmithError
-from draftsmith.eval.decoder import plain_generate, speculative_generate
+from draftsmith.eval.decoder import plain_generate, speculative_generate, verify_cost_curve
 
 
 def state(tokens):
@@ -49,10 +49,65 @@ def test_bad_ngram_config():
         PromptLookup(Config(max_ngram=1, min_ngram=2))
 
 
-@pytest.mark.parametrize("shape", [DraftShape(5), DraftShape(tree=(4, 3, 12))], ids=["chain", "tree"])
-def test_prompt_lookup_decoding_is_exact(tiny_qwen3, shape):
+# --------------------------------------------------------------------------- adaptive length
+CPU_LIKE = {1: 1.0, **{n: 1.5 for n in range(2, 12)}}  # one extra token costs half a pass, then flat
+
+
+def test_without_a_cost_curve_or_with_flat_costs_every_draft_is_full_length():
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    for lookup in (PromptLookup(), PromptLookup(verify_cost={n: 1.0 for n in range(1, 12)}),
+                   PromptLookup(Config(adaptive=False), verify_cost={n: float(n) for n in range(1, 12)})):
+        assert lookup.propose(state(tokens), DraftShape(5), Sampling()).tokens.tolist() == [4, 5, 6, 7, 8]
+
+
+def test_costly_passes_mean_no_draft():
+    # t(n) = n: a pass over L + 1 tokens never pays for itself unless every token is surely right
+    lookup = PromptLookup(verify_cost={n: float(n) for n in range(1, 12)})
+    assert len(lookup.propose(state([1, 2, 3, 4, 5, 6, 1, 2, 3]), DraftShape(5), Sampling())) == 0
+
+
+def test_learns_per_match_length_which_drafts_pay():
+    """Misses on 1-gram matches stop 1-gram drafting; hits on 3-gram matches keep full-length drafts."""
+    lookup = PromptLookup(verify_cost=CPU_LIKE)
+    history = [7, 1, 100, 4, 1]  # "1" seen before, followed by 100: a 1-gram match
+    for new in range(101, 107):
+        draft = lookup.propose(state(history), DraftShape(1), Sampling())
+        if len(draft) == 0:
+            break
+        assert draft.tokens.tolist()[0] == new - 1
+        history = history + [new, 1]  # the target said something new; the context ends in "1" again
+    assert len(draft) == 0, "drafting kept going after repeated misses on 1-gram matches"
+    rate = lookup.describe()["acceptance_by_match"]["n=1, after full accept=False"]
+    assert rate == 0.0
+
+    text = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16] * 3
+    for at in range(15, 30, 4):
+        draft = lookup.propose(state(text[:at]), DraftShape(4), Sampling())
+        assert draft.tokens.tolist() == text[at : at + 4]  # 3-gram matches, always right: always 4 tokens
+
+
+def test_acceptance_counts_survive_reset_but_the_pending_draft_does_not():
+    lookup = PromptLookup(verify_cost=CPU_LIKE)
+    lookup.propose(state([1, 2, 3, 4, 1, 2, 3]), DraftShape(2), Sampling())
+    lookup.reset()  # a new request: nothing of the old draft is scored against it
+    lookup.propose(state([9, 9, 9, 9]), DraftShape(2), Sampling())
+    assert lookup.counts == {}
+
+
+def test_verify_cost_curve_measures_each_size(tiny_qwen3):
+    context = torch.randint(0, 200, (1, 40))
+    cost = verify_cost_curve(tiny_qwen3, [1, 2, 4], context, repeats=3)
+    assert sorted(cost) == [1, 2, 4] and all(t > 0 for t in cost.values())
+    lookup = PromptLookup()
+    assert sorted(lookup.calibrate(tiny_qwen3, 3, context_tokens=16)) == [1, 2, 3, 4]
+    assert lookup.describe()["adaptive"] is True
+
+
+@pytest.mark.parametrize("shape, cost", [(DraftShape(5), None), (DraftShape(tree=(4, 3, 12)), None),
+                                         (DraftShape(5), CPU_LIKE)], ids=["chain", "tree", "adaptive-chain"])
+def test_prompt_lookup_decoding_is_exact(tiny_qwen3, shape, cost):
     prompt = torch.tensor([[257, 40, 41, 42, 43, 40, 41, 42, 44, 40, 41]])
     plain = plain_generate(tiny_qwen3, prompt, Sampling(), 40, eos=set())
-    out = speculative_generate(tiny_qwen3, PromptLookup(), prompt, shape, Sampling(), 40, eos=set())
+    out = speculative_generate(tiny_qwen3, PromptLookup(verify_cost=cost), prompt, shape, Sampling(), 40, eos=set())
     assert out.tokens == plain.tokens
     assert sum(c.accepted for c in out.cycles) > 0  # the random model repeats itself: lookup must help

@@ -5,6 +5,18 @@ down to `min_ngram`; the most recent match with a full-length continuation first
 that followed the match are the draft.
 For a tree draft, the continuations of several distinct matches are merged into a trie.
 Drafts are deterministic (q one-hot), so `Draft.probs` is None.
+
+Adaptive chain length: a draft of L tokens costs one target pass over L + 1 tokens, t(L+1), and
+yields 1 + (accepted tokens). On a CPU t(n) jumps between small n (here t(2) is ~1.5 t(1)) and
+then stays nearly flat, and how often a copied token is right depends on how long the match
+was (a 1-gram match is rarely right, a 3-gram one usually is). So with a measured cost curve,
+each draft's length L <= k maximises the expected tokens per unit of cost,
+    (1 + a + a^2 + ... + a^L) / t(L+1),
+where a is the running per-token acceptance rate of drafts made from matches of the same n-gram
+length and the same "was the previous draft fully accepted" state (counts start at an optimistic
+3 of 4, so that one early miss does not end drafting for that kind of match, and carry over
+between requests of one run). L = 0 means "no draft: a plain step".
+Without a cost curve (or with `adaptive: false`) every draft is the full k.
 """
 
 from __future__ import annotations
@@ -25,6 +37,8 @@ class Config:
     """longest n-gram (suffix of the context) to search for; longer matches are tried first"""
     min_ngram: int = 1
     """shortest n-gram to fall back to when no longer one matches"""
+    adaptive: bool = True
+    """choose each chain draft's length (at most k) from the verify-cost curve and running acceptance rates"""
 
     def validate(self) -> None:
         """Reject an empty or inverted n-gram range."""
@@ -36,24 +50,45 @@ class Config:
 
 
 class PromptLookup:
-    """The Proposer: n-gram matches against the committed tokens, nothing cached between calls."""
+    """The Proposer: n-gram matches against the committed tokens.
+
+    `verify_cost` maps n (tokens in one target pass) to its cost, any unit; see `calibrate`."""
 
     required_layers: list[int] = []
 
-    def __init__(self, config: Config | None = None):
+    def __init__(self, config: Config | None = None, verify_cost: dict[int, float] | None = None):
         self.config = config or Config()
         self.config.validate()
+        self.verify_cost = verify_cost
+        self.counts: dict[tuple[int, bool], list[int]] = {}  # (n, last draft fully accepted) -> [accepted, offered]
+        self.reset()
 
     def reset(self) -> None:
-        """Nothing to forget: every draft is computed from `state.tokens` alone."""
+        """Forget the previous request (its last draft); the acceptance counts are kept."""
+        self.pending: tuple[int, list[int], tuple[int, bool]] | None = None  # (at length, draft, class)
+        self.last_full = False
+
+    def calibrate(self, target, max_length: int, context_tokens: int = 256) -> dict[int, float]:
+        """Measure t(n) for n = 1 .. max_length + 1 on `target` (a few seconds); adaptive drafts use it."""
+        from draftsmith.eval.decoder import verify_cost_curve
+
+        context = torch.randint(0, target.vocab_size, (1, context_tokens), generator=torch.Generator().manual_seed(0))
+        self.verify_cost = verify_cost_curve(target, range(1, max_length + 2), context)
+        return self.verify_cost
 
     def describe(self) -> dict:
-        """Kind and n-gram range, for reports."""
-        return {"kind": "prompt_lookup", "max_ngram": self.config.max_ngram, "min_ngram": self.config.min_ngram}
+        """Kind, n-gram range and length policy, for reports."""
+        described = {"kind": "prompt_lookup", "max_ngram": self.config.max_ngram, "min_ngram": self.config.min_ngram,
+                     "adaptive": self.config.adaptive and self.verify_cost is not None}
+        if described["adaptive"]:
+            described["verify_cost_relative"] = {n: round(c / self.verify_cost[1], 3) for n, c in self.verify_cost.items()}
+            described["acceptance_by_match"] = {f"n={n}, after full accept={full}": round(a / max(o, 1), 3)
+                                                for (n, full), (a, o) in sorted(self.counts.items())}
+        return described
 
-    def continuations(self, tokens: torch.Tensor, length: int, limit: int) -> list[torch.Tensor]:
-        """Up to `limit` distinct continuations (each ≤ `length` tokens) of earlier n-gram matches."""
-        found: list[torch.Tensor] = []
+    def continuations(self, tokens: torch.Tensor, length: int, limit: int) -> list[tuple[int, torch.Tensor]]:
+        """Up to `limit` distinct (n, continuation ≤ `length` tokens) of earlier n-gram matches, n = match length."""
+        found: list[tuple[int, torch.Tensor]] = []
         seen: set[tuple[int, ...]] = set()
         total = tokens.numel()
         for n in range(self.config.max_ngram, self.config.min_ngram - 1, -1):
@@ -69,7 +104,7 @@ class PromptLookup:
                 if key in seen:
                     continue
                 seen.add(key)
-                found.append(follow)
+                found.append((n, follow))
                 if len(found) >= limit:
                     return found
         return found
@@ -77,11 +112,46 @@ class PromptLookup:
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
         """A chain (the most recent match) or, with `shape.tree`, a trie of several matches."""
         tokens = state.tokens[0]
-        if shape.tree is None:
-            found = self.continuations(tokens, shape.length, 1)
-            return Draft(found[0] if found else tokens[:0])
-        depth, top_k, total = shape.tree
-        return _trie(self.continuations(tokens, depth, top_k), total, tokens)
+        if shape.tree is not None:
+            depth, top_k, total = shape.tree
+            return _trie([path for _, path in self.continuations(tokens, depth, top_k)], total, tokens)
+        self._learn(tokens)
+        found = self.continuations(tokens, shape.length, 1)
+        if not found:
+            return Draft(tokens[:0])
+        n, draft = found[0]
+        key = (n, self.last_full)
+        draft = draft[: self._length(key, shape.length)]
+        if draft.numel():
+            self.pending = (tokens.numel(), draft.tolist(), key)
+        return Draft(draft)
+
+    def _learn(self, tokens: torch.Tensor) -> None:
+        """Count how much of the previous draft the target accepted (read off the committed tokens)."""
+        if self.pending is None:
+            return
+        at, draft, key = self.pending
+        self.pending = None
+        committed = tokens[at : at + len(draft)].tolist()
+        accepted = next((i for i, (a, b) in enumerate(zip(draft, committed)) if a != b), len(committed))
+        counts = self.counts.setdefault(key, [0, 0])
+        counts[0] += accepted
+        counts[1] += min(len(draft), accepted + 1)  # tokens looked at up to the first rejection
+        self.last_full = accepted == len(draft)
+
+    def _length(self, key: tuple[int, bool], longest: int) -> int:
+        """Draft length in [0, longest] with the most expected tokens per unit of verify cost."""
+        cost = self.verify_cost
+        if not self.config.adaptive or cost is None or any(n not in cost for n in range(1, longest + 2)):
+            return longest
+        accepted, offered = self.counts.get(key, (0, 0))
+        rate = (accepted + 3) / (offered + 4)  # an optimistic start: 3 of 4
+        best, best_value, expected = 0, 1 / cost[1], 1.0
+        for length in range(1, longest + 1):
+            expected += rate**length
+            if expected / cost[length + 1] > best_value:
+                best, best_value = length, expected / cost[length + 1]
+        return best
 
 
 def _trie(paths: list[torch.Tensor], total: int, like: torch.Tensor) -> Draft:

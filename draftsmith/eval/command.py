@@ -45,6 +45,9 @@ class EvalConfig:
     """prompt-lookup: longest n-gram to match (falls back down to --min-ngram)"""
     min_ngram: int = 1
     """prompt-lookup: shortest n-gram to match"""
+    adaptive_lookup: bool = True
+    """prompt-lookup chains: measure the target's verify cost first (a few seconds, not timed) and pick each
+    draft's length up to --draft-length for the most expected tokens per unit of cost; false = always the full length"""
     dtype: str = "float32"
     """dtype of the target (and of an hf: drafter): float32, bfloat16, float16"""
     transformers_baseline: bool = True
@@ -114,7 +117,9 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     if target is None:
         target = load_target(config.target, dtype=config.dtype)
     prompts = load_prompts(config.prompts, target, config.num_prompts)
-    proposer = load_drafter(config.drafter, target, max_ngram=config.ngram, min_ngram=config.min_ngram)
+    adaptive = config.draft_length if config.adaptive_lookup and config.tree is None else None
+    proposer = load_drafter(config.drafter, target, max_ngram=config.ngram, min_ngram=config.min_ngram,
+                            adaptive_length=adaptive)
     shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
     sampling = Sampling(config.temperature, config.top_k, config.top_p)
     results = compare(target, proposer, prompts, shape, sampling, config.max_new_tokens, seed=config.seed,

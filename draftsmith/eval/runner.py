@@ -26,12 +26,22 @@ DRAFTER_FORMS = ("'prompt-lookup', 'hf:<model folder, .gguf or hub id>', or a fo
 
 
 # --------------------------------------------------------------------------- drafter specs
-def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1) -> Proposer:
-    """Turn a `--drafter` value into a Proposer: prompt-lookup, hf:<model>, or a trained drafter folder."""
+def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adaptive_length: int | None = None) -> Proposer:
+    """Turn a `--drafter` value into a Proposer: prompt-lookup, hf:<model>, or a trained drafter folder.
+
+    `adaptive_length` k: prompt lookup measures the target's verify cost for 1 .. k+1 tokens now and
+    picks each chain draft's length up to k from it (None: always the full length)."""
     if spec == "prompt-lookup":
         from draftsmith.drafters import prompt_lookup
 
-        return prompt_lookup.PromptLookup(prompt_lookup.Config(max_ngram=max_ngram, min_ngram=min_ngram))
+        lookup = prompt_lookup.PromptLookup(prompt_lookup.Config(
+            max_ngram=max_ngram, min_ngram=min_ngram, adaptive=adaptive_length is not None))
+        if adaptive_length is not None:
+            began = time.perf_counter()
+            cost = lookup.calibrate(target, adaptive_length)
+            print(f"prompt lookup: verify cost t(n)/t(1) measured in {time.perf_counter() - began:.1f} s: "
+                  + ", ".join(f"{n}: {c / cost[1]:.2f}" for n, c in cost.items()), flush=True)
+        return lookup
     if spec.startswith("hf:"):
         from draftsmith.drafters import draft_lm
 

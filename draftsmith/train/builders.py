@@ -51,13 +51,22 @@ def build_accelerator(config: TrainConfig):
     handlers = [InitProcessGroupKwargs(backend="gloo")] if deepspeed and not cuda else []
     return Accelerator(
         cpu=not cuda and not deepspeed,  # Accelerate ignores DeepSpeed when cpu=True
-        mixed_precision={"fp32": "no"}.get(config.train.precision, config.train.precision),
+        mixed_precision=resolve_precision(config.train.precision, cuda),
         gradient_accumulation_steps=config.train.grad_accum,
         step_scheduler_with_optimizer=False,  # we step it once per optimizer step, whatever the world size
         log_with=list(config.tracking.report_to) or None,
         project_dir=config.output_dir,
         kwargs_handlers=handlers,
     )
+
+
+def resolve_precision(precision: str, cuda: bool) -> str:
+    """Accelerate's mixed_precision for a recipe's `train.precision` ("auto": bf16 only where it is native)."""
+    if precision == "auto":
+        if cuda:
+            return "bf16" if torch.cuda.is_bf16_supported() else "no"
+        return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "no"
+    return {"fp32": "no"}.get(precision, precision)
 
 
 def to_device(batch, device):

@@ -77,8 +77,10 @@ class OptimSection:
     """gradients are clipped to this global norm (0 = no clipping)"""
     seed: int = 0
     """seeds the drafter initialisation, the data order and every random draw"""
-    precision: Literal["fp32", "bf16", "fp16"] = "bf16"
-    """compute precision of the drafter: bf16/fp16 autocast (master weights stay float32) or plain fp32"""
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    """compute precision of the drafter: bf16/fp16 autocast (master weights stay float32) or plain fp32; auto = bf16
+    where the hardware computes it natively (CUDA with bf16, CPUs with AVX512-BF16/AMX), else fp32 (on an AVX2-only
+    CPU bf16 matmuls are emulated and several times slower than fp32)"""
     log_every: int = 1
     """steps between progress-bar and tracker updates (the jsonl log records every step)"""
     eval_every: int = 200

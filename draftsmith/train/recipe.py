@@ -69,7 +69,7 @@ class TrainRecipe:
         if self.main:
             state = self.accelerator.state
             print(f"training {self.kind} drafter: {state.distributed_type.value} x{state.num_processes} on "
-                  f"{state.device.type}, precision {self.config.train.precision}, global batch "
+                  f"{state.device.type}, precision {self.config.train.precision} -> {state.mixed_precision}, global batch "
                   f"{self.layout()['global_batch']} sequences -> {self.output_dir}")
 
     def _check_output_dir(self) -> None:
