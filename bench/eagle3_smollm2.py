@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -55,6 +56,10 @@ out = Path(args.out)
 
 
 def train_config(name: str, *overrides: str) -> TrainConfig:
+    """The recipe for one of this bench's runs; a previous bench run's folder of that name is removed."""
+    if (out / name).exists():
+        print(f"removing the previous bench run {out / name}", flush=True)
+        shutil.rmtree(out / name)
     return load(TrainConfig, RECIPE, [f"output_dir={out / name}", "report.num_prompts=0", *args.set, *overrides])
 
 
