@@ -48,6 +48,10 @@ class EvalConfig:
     adaptive_lookup: bool = True
     """prompt-lookup chains: measure the target's verify cost first (a few seconds, not timed) and pick each
     draft's length up to --draft-length for the most expected tokens per unit of cost; false = always the full length"""
+    small_batch_linear: bool = True
+    """CPU: time torch's linear layers against W·xᵀ on the target's weights for 1..8-row inputs (a few seconds,
+    not timed) and use W·xᵀ for the row counts where it is faster, in the target and the drafter; our plain loop,
+    the speculative decoder and generate() all run the same layers. false = torch's own linear everywhere"""
     dtype: str = "float32"
     """dtype of the target (and of an hf: drafter): float32, bfloat16, float16"""
     transformers_baseline: bool = True
@@ -107,6 +111,7 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     import torch
 
     from draftsmith.drafters import DraftShape, Sampling
+    from draftsmith.eval import small_batch
     from draftsmith.eval.prompts import load_prompts
     from draftsmith.eval.report import write_report
     from draftsmith.eval.runner import compare, environment, load_drafter
@@ -117,16 +122,25 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     if target is None:
         target = load_target(config.target, dtype=config.dtype)
     prompts = load_prompts(config.prompts, target, config.num_prompts)
-    adaptive = config.draft_length if config.adaptive_lookup and config.tree is None else None
-    proposer = load_drafter(config.drafter, target, max_ngram=config.ngram, min_ngram=config.min_ngram,
-                            adaptive_length=adaptive)
-    shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
-    sampling = Sampling(config.temperature, config.top_k, config.top_p)
-    results = compare(target, proposer, prompts, shape, sampling, config.max_new_tokens, seed=config.seed,
-                      transformers_baseline=config.transformers_baseline)
-    results.update(target={"name": target.name, "architecture": type(target.model).__name__,
-                           "num_layers": target.num_layers, "vocab_size": target.vocab_size},
-                   drafter=proposer.describe(), config=configs.to_dict(config), environment=environment(target))
+    rows = small_batch.tune_and_install(target.model)["rows"] if config.small_batch_linear else []
+    drafting: list = []
+    try:
+        adaptive = config.draft_length if config.adaptive_lookup and config.tree is None else None
+        proposer = load_drafter(config.drafter, target, max_ngram=config.ngram, min_ngram=config.min_ngram,
+                                adaptive_length=adaptive)
+        drafting = small_batch.proposer_modules(proposer, target)
+        for module in drafting:  # the drafter's own layers: same CPU, same kind of few-row products
+            small_batch.install(module, rows)
+        shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
+        sampling = Sampling(config.temperature, config.top_k, config.top_p)
+        results = compare(target, proposer, prompts, shape, sampling, config.max_new_tokens, seed=config.seed,
+                          transformers_baseline=config.transformers_baseline)
+        results.update(target={"name": target.name, "architecture": type(target.model).__name__,
+                               "num_layers": target.num_layers, "vocab_size": target.vocab_size},
+                       drafter=proposer.describe(), config=configs.to_dict(config), environment=environment(target))
+    finally:
+        for module in [target.model, *drafting]:  # a caller's target is left as it came
+            small_batch.remove(module)
     paths = write_report(results, config.out)
 
     def fmt(value, suffix=""):

@@ -167,10 +167,13 @@ def environment(target) -> dict:
     """Versions, threads and dtype: what a reader needs to reproduce the timings."""
     import transformers
 
+    from draftsmith.eval.small_batch import installed_rows
+
     return {
         "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
         "platform": platform.platform(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "device": str(target.device), "dtype": str(target.dtype).removeprefix("torch."),
+        "small_batch_linear_rows": installed_rows(target.model),
     }
 
 

@@ -1,0 +1,99 @@
+"""The W·xᵀ linear for few-row inputs: same values as F.linear, routed only where asked, undone cleanly."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tiny import tiny_target
+
+from draftsmith.drafters import DraftShape, Sampling, eagle
+from draftsmith.drafters.draft_lm import DraftLM
+from draftsmith.drafters.prompt_lookup import Config, PromptLookup
+from draftsmith.eval import small_batch
+from draftsmith.eval.command import EvalConfig, evaluate_and_report
+from draftsmith.eval.decoder import plain_generate, speculative_generate
+
+PROMPT = torch.tensor([[257, 10, 20, 30, 40, 10, 20, 30, 50, 60, 70, 10, 20]])
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9])
+@pytest.mark.parametrize("bias", [True, False])
+def test_narrow_linear_matches_torch(rows, bias):
+    generator = torch.Generator().manual_seed(rows)
+    layer = torch.nn.Linear(48, 80, bias=bias)
+    x = torch.randn(1, rows, 48, generator=generator)
+    out = small_batch.narrow_linear(layer.weight, layer.bias, x)
+    assert out.shape == (1, rows, 80) and out.is_contiguous()
+    torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+def test_install_routes_only_the_given_row_counts_and_remove_undoes_it(monkeypatch, tiny_llama):
+    calls = []
+    real = small_batch.narrow_linear
+    monkeypatch.setattr(small_batch, "narrow_linear", lambda w, b, x: calls.append(x.shape[-2]) or real(w, b, x))
+    layers = len(small_batch.linears(tiny_llama.model))
+    assert small_batch.install(tiny_llama.model, [2]) == layers
+    assert small_batch.installed_rows(tiny_llama.model) == [2]
+    with torch.no_grad():
+        tiny_llama.model(input_ids=PROMPT[:, :3])
+        assert calls == []  # 3 rows: torch's own linear
+        tiny_llama.model(input_ids=PROMPT[:, :2])
+    assert len(calls) == layers and set(calls) == {2}  # every linear layer once, lm_head included
+    small_batch.remove(tiny_llama.model)
+    assert small_batch.installed_rows(tiny_llama.model) == []
+    assert all("forward" not in layer.__dict__ for layer in small_batch.linears(tiny_llama.model))
+    with torch.no_grad():
+        tiny_llama.model(input_ids=PROMPT[:, :2])
+    assert len(calls) == layers
+
+
+def test_decoding_with_it_installed_gives_the_same_tokens(tiny_llama):
+    greedy = Sampling()
+    before = plain_generate(tiny_llama, PROMPT, greedy, 24, eos=set()).tokens
+    small_batch.install(tiny_llama.model, range(1, 9))
+    try:
+        plain = plain_generate(tiny_llama, PROMPT, greedy, 24, eos=set()).tokens
+        lookup = PromptLookup(Config())
+        speculative = speculative_generate(tiny_llama, lookup, PROMPT, DraftShape(4), greedy, 24, eos=set()).tokens
+    finally:
+        small_batch.remove(tiny_llama.model)
+    assert plain == before and speculative == before
+
+
+def test_tune_picks_the_rows_where_the_narrow_form_was_faster(tiny_llama):
+    result = small_batch.tune(tiny_llama.model, max_rows=4, repeats=3)
+    assert sorted(result["linear_ms"]) == [1, 2, 3, 4] and sorted(result["narrow_ms"]) == [1, 2, 3, 4]
+    assert result["rows"] == [n for n in range(1, 5)
+                              if result["narrow_ms"][n] < small_batch.MARGIN * result["linear_ms"][n]]
+
+
+def test_tune_leaves_non_cpu_weights_alone(tiny_llama):
+    model = tiny_llama.model.to("meta")
+    assert small_batch.tune(model)["rows"] == []
+
+
+def test_proposer_modules_are_the_drafting_networks_not_the_target(tiny_llama):
+    twin = tiny_target("llama")
+    assert small_batch.proposer_modules(DraftLM(twin, tiny_llama.vocab_size), tiny_llama) == [twin.model]
+    proposer = eagle.create(eagle.Config(), tiny_llama).proposer(tiny_llama)
+    assert small_batch.proposer_modules(proposer, tiny_llama) == [proposer.drafter]
+    assert small_batch.proposer_modules(PromptLookup(Config()), tiny_llama) == []
+
+
+def test_eval_reports_the_rows_and_leaves_the_target_as_it_came(tiny_llama, tmp_path, monkeypatch):
+    monkeypatch.setattr(small_batch, "tune", lambda model, max_rows=8: {
+        "rows": [1, 2, 3], "linear_ms": {1: 2.0}, "narrow_ms": {1: 1.0}, "seconds": 0.0})
+    config = EvalConfig(target="unused", drafter="prompt-lookup", out=str(tmp_path / "run"), prompts=str(_prompts(tmp_path)),
+                        num_prompts=1, max_new_tokens=8, transformers_baseline=False)
+    results = evaluate_and_report(config, target=tiny_llama)
+    assert results["environment"]["small_batch_linear_rows"] == [1, 2, 3]
+    assert results["lossless"] == {"checked": 1, "identical": 1}
+    assert small_batch.installed_rows(tiny_llama.model) == []
+    off = evaluate_and_report(EvalConfig(**{**config.__dict__, "small_batch_linear": False}), target=tiny_llama)
+    assert off["environment"]["small_batch_linear_rows"] == []
+
+
+def _prompts(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"prompt": "abc abc abc abc"}\n')
+    return path
