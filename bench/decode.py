@@ -9,6 +9,9 @@ On HumanEval prompts with smollm2-135m-instruct at T=0, interleaved prompt by pr
      rates per match length (drafters/prompt_lookup.py); fixed-length runs are shown beside it
   3. the verify-cost curve t(k)/t(1): one target forward over k tokens at a realistic context,
      and each speculative method's speedup as a fraction of the bound tau * t(1) / t(k+1).
+Like `draftsmith eval`, the target's linear layers first get W·xᵀ for the few-row inputs where it is
+measured faster (eval/small_batch.py); every method, generate() included, runs those same layers, and
+our plain loop is also run with torch's own linear to show what that alone is worth.
 Every greedy output is also compared token by token with our plain loop.
 """
 
@@ -26,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from draftsmith.drafters import DraftShape, Sampling  # noqa: E402
 from draftsmith.drafters.prompt_lookup import Config, PromptLookup  # noqa: E402
-from draftsmith.eval import metrics  # noqa: E402
+from draftsmith.eval import metrics, small_batch  # noqa: E402
 from draftsmith.eval.decoder import Generation, eos_ids, plain_generate, speculative_generate, verify_cost_curve  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402
 from draftsmith.eval.runner import environment, hf_generate  # noqa: E402
@@ -43,6 +46,8 @@ parser.add_argument("--also-draft-length", type=int, nargs="*", default=[3],
 parser.add_argument("--ngram", type=int, default=3, help="our prompt lookup: longest n-gram")
 parser.add_argument("--dtype", default="float32")
 parser.add_argument("--threads", type=int, default=0)
+parser.add_argument("--no-small-batch-linear", dest="small_batch_linear", action="store_false",
+                    help="keep torch's own linear layers (default: W·xᵀ where measured faster, as draftsmith eval)")
 parser.add_argument("--out", help="also write the numbers as JSON here")
 args = parser.parse_args()
 if args.threads:
@@ -53,6 +58,7 @@ target = load_target(args.target, dtype=args.dtype)
 prompts = load_prompts("humaneval", target, args.num_prompts)
 eos = eos_ids(target)
 k = args.draft_length
+tuning = small_batch.tune_and_install(target.model) if args.small_batch_linear else None
 fixed = PromptLookup(Config(max_ngram=args.ngram, adaptive=False))
 
 
@@ -93,6 +99,15 @@ METHODS = {
                                                             args.max_new_tokens, eos),
     "generate(prompt_lookup)": hf_lookup,
 }
+if tuning and tuning["rows"]:
+    def plain_torch_linear(ids):
+        small_batch.remove(target.model)
+        try:
+            return plain_generate(target, ids, GREEDY, args.max_new_tokens, eos)
+        finally:
+            small_batch.install(target.model, tuning["rows"])
+
+    METHODS["plain (ours, torch linear)"] = plain_torch_linear
 for fixed_k in [k, *args.also_draft_length]:
     METHODS[f"prompt lookup (ours, fixed k={fixed_k})"] = (
         lambda ids, fixed_k=fixed_k: speculative_generate(target, fixed, ids, DraftShape(fixed_k), GREEDY,
@@ -143,7 +158,7 @@ results = {
     "fraction_of_bound_at_actual_draft_sizes": {name: speedup[name] / bound_at_sizes[name] for name in bound_at_sizes},
     "identical_to_plain_ours": identical,
     "config": vars(args), "context_tokens": context.shape[1] - max(sizes),
-    "adaptive_lookup": adaptive.describe(), "environment": environment(target),
+    "adaptive_lookup": adaptive.describe(), "environment": environment(target), "small_batch_linear": tuning,
 }
 
 print(f"\n{args.target}, {len(prompts)} HumanEval prompts, T=0, {args.max_new_tokens} new tokens, "
@@ -151,6 +166,9 @@ print(f"\n{args.target}, {len(prompts)} HumanEval prompts, T=0, {args.max_new_to
 for name, value in tps.items():
     print(f"  {name:<30} {value:7.2f} tokens/s   identical to our plain loop: {identical[name]}/{len(prompts)}")
 print(f"our plain loop / generate(): {results['plain_ours_vs_generate']:.2f}x  (goal >= 1.0)")
+if "plain (ours, torch linear)" in tps:
+    print(f"our plain loop with W·xᵀ for rows {tuning['rows']} / with torch's linear: "
+          f"{tps['plain (ours)'] / tps['plain (ours, torch linear)']:.2f}x")
 for name, ratio in results["prompt_lookup_ours_vs_generate_prompt_lookup"].items():
     print(f"{name} / generate(prompt_lookup_num_tokens={k}): {ratio:.2f}x  (goal >= 1.25)")
 print(f"verify cost t(k)/t(1) at {context.shape[1] - max(sizes)} tokens of context: "

@@ -6,7 +6,9 @@ For each draft-vocabulary size: train the default recipe (recipes/smollm2-135m/e
 about --minutes of wall time (steps = budget / seconds per step measured on a short probe), then
 decode the same HumanEval prompts at T=0, interleaved prompt by prompt, with: our plain loop,
 EAGLE-3 chains, EAGLE-3 trees, our prompt lookup and generate(prompt_lookup_num_tokens) (our plain
-loop against plain generate() is bench/decode.py's job).
+loop against plain generate() is bench/decode.py's job). As in `draftsmith eval`, the target's linear
+layers first get W·xᵀ for the few-row inputs where it is measured faster (eval/small_batch.py); every
+method runs those same layers.
 Prints τ, speedups as ratios measured in this run, the draft-time fraction, online-training
 tokens/s relative to target-forward-only tokens/s, and peak memory (RSS) of the whole run.
 Goals on a 2-core CPU (issue 5): τ >= 3.0 chains, >= 3.5 trees; >= 1.7x our plain loop and
@@ -30,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from draftsmith.config import load  # noqa: E402
 from draftsmith.drafters import DraftShape, Sampling, kind_module  # noqa: E402
 from draftsmith.drafters.prompt_lookup import Config as LookupConfig, PromptLookup  # noqa: E402
-from draftsmith.eval import metrics  # noqa: E402
+from draftsmith.eval import metrics, small_batch  # noqa: E402
 from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402
 from draftsmith.eval.runner import environment, hf_generate  # noqa: E402
@@ -49,6 +51,9 @@ parser.add_argument("--draft-length", type=int, default=4, help="EAGLE-3 chain l
 parser.add_argument("--tree", default="5,8,32", help="EAGLE-3 tree DEPTH,TOPK,TOTAL")
 parser.add_argument("--lookup-length", type=int, default=10, help="k of both prompt-lookup methods")
 parser.add_argument("--out", default="runs/bench-eagle3", help="where runs and bench.json go")
+parser.add_argument("--reuse", action="store_true",
+                    help="skip the probe and training: decode with the drafters a previous run of this bench left in --out "
+                         "(its training figures are carried over from that run's bench.json)")
 parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE",
                     help="extra overrides of the recipe for every drafter, e.g. drafter.ttt_steps=5")
 args = parser.parse_args()
@@ -78,52 +83,74 @@ def read_log(folder: Path) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- data and probe
-base = train_config("probe")
-target = TrainRecipe(base).load_target()
-pipeline.ensure_prepared(base, target)
-from draftsmith.data.prepared import load_token_counts  # noqa: E402
-from draftsmith.data.vocab import build_draft_vocab, save_draft_vocab  # noqa: E402
-
-counts = load_token_counts(base.data.prepared)
-probe_steps = 6
-probe = train(train_config("probe", f"train.max_steps={probe_steps}", "train.eval_every=0",
-                           "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1"), target)
-log = [r for r in read_log(out / "probe") if r.get("split") == "train"][2:]  # skip warm-up steps
-train_tokens_per_s = sum(r["tokens"] for r in log) / sum(r["tokens"] / r["tokens_per_s"] for r in log)
-seconds_per_step = sum(r["tokens"] / r["tokens_per_s"] for r in log) / len(log)
-
-# target-forward-only tokens/s on the same kind of batches (what online capture costs at least)
-from draftsmith.data.capture import TokenDataset, collate  # noqa: E402
-from draftsmith.data.prepared import load_prepared  # noqa: E402
-
-split = TokenDataset(load_prepared(base.data.prepared)["train"])
-forward_tokens, forward_time = 0, 0.0
-for start in range(0, 4 * base.data.batch_size, base.data.batch_size):
-    batch = collate([split[i] for i in range(start, start + base.data.batch_size)])
-    ids, mask = batch["input_ids"][:, : base.data.max_length], batch["attention_mask"][:, : base.data.max_length]
+def probe_and_train():
+    """Prepare, probe the seconds per step, train one drafter per vocab size; (target, training figures, drafters)."""
+    base = train_config("probe")
+    target = TrainRecipe(base).load_target()
     began = time.perf_counter()
-    target.forward(ids, layers=probe.layers, attention_mask=mask, logits=False)
-    forward_time += time.perf_counter() - began
-    forward_tokens += int(mask.sum())
-forward_tokens_per_s = forward_tokens / forward_time
+    pipeline.ensure_prepared(base, target)  # regenerated data (--set prepare.regenerate=true) costs most here
+    prepare_minutes = (time.perf_counter() - began) / 60
+    from draftsmith.data.prepared import load_token_counts  # noqa: E402
+    from draftsmith.data.vocab import build_draft_vocab, save_draft_vocab  # noqa: E402
 
-# ----------------------------------------------------------------------------- train one drafter per vocab size
-steps = max(10, int(args.minutes * 60 / seconds_per_step))
-print(f"probe: {seconds_per_step:.2f} s/step -> {steps} steps for {args.minutes:g} minutes per drafter", flush=True)
-drafters = {}
-for size in args.vocab_sizes:
-    vocab_dir = out / f"vocab-{size}"
-    save_draft_vocab(vocab_dir, build_draft_vocab(counts, size))
-    began = time.perf_counter()
-    train(train_config(f"eagle3-v{size}", f"train.max_steps={steps}", f"data.draft_vocab={vocab_dir}",
-                       f"train.eval_every={max(steps // 3, 1)}", f"train.checkpoint_every={max(steps // 3, 1)}"), target)
-    drafters[size] = {"folder": out / f"eagle3-v{size}" / "best", "train_minutes": (time.perf_counter() - began) / 60}
+    counts = load_token_counts(base.data.prepared)
+    probe_steps = 6
+    probe = train(train_config("probe", f"train.max_steps={probe_steps}", "train.eval_every=0",
+                               "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1"), target)
+    log = [r for r in read_log(out / "probe") if r.get("split") == "train"][2:]  # skip warm-up steps
+    train_tokens_per_s = sum(r["tokens"] for r in log) / sum(r["tokens"] / r["tokens_per_s"] for r in log)
+    seconds_per_step = sum(r["tokens"] / r["tokens_per_s"] for r in log) / len(log)
+
+    # target-forward-only tokens/s on the same kind of batches (what online capture costs at least)
+    from draftsmith.data.capture import TokenDataset, collate  # noqa: E402
+    from draftsmith.data.prepared import load_prepared  # noqa: E402
+
+    split = TokenDataset(load_prepared(base.data.prepared)["train"])
+    forward_tokens, forward_time = 0, 0.0
+    for start in range(0, 4 * base.data.batch_size, base.data.batch_size):
+        batch = collate([split[i] for i in range(start, start + base.data.batch_size)])
+        ids, mask = batch["input_ids"][:, : base.data.max_length], batch["attention_mask"][:, : base.data.max_length]
+        began = time.perf_counter()
+        target.forward(ids, layers=probe.layers, attention_mask=mask, logits=False)
+        forward_time += time.perf_counter() - began
+        forward_tokens += int(mask.sum())
+    forward_tokens_per_s = forward_tokens / forward_time
+
+    # one drafter per vocab size
+    steps = max(10, int(args.minutes * 60 / seconds_per_step))
+    print(f"probe: {seconds_per_step:.2f} s/step -> {steps} steps for {args.minutes:g} minutes per drafter", flush=True)
+    drafters = {}
+    for size in args.vocab_sizes:
+        vocab_dir = out / f"vocab-{size}"
+        save_draft_vocab(vocab_dir, build_draft_vocab(counts, size))
+        began = time.perf_counter()
+        train(train_config(f"eagle3-v{size}", f"train.max_steps={steps}", f"data.draft_vocab={vocab_dir}",
+                           f"train.eval_every={max(steps // 3, 1)}", f"train.checkpoint_every={max(steps // 3, 1)}"), target)
+        drafters[size] = {"folder": out / f"eagle3-v{size}" / "best", "train_minutes": (time.perf_counter() - began) / 60}
+    training = {"prepare_minutes": prepare_minutes, "training_minutes_budget": args.minutes, "steps": steps, "seconds_per_step": seconds_per_step,
+                "online_training_tokens_per_s": train_tokens_per_s, "target_forward_tokens_per_s": forward_tokens_per_s,
+                "online_training_over_forward": train_tokens_per_s / forward_tokens_per_s}
+    return target, training, drafters
+
+
+if args.reuse:
+    previous = json.loads((out / "bench.json").read_text())
+    training = {key: previous.get(key) for key in ("prepare_minutes", "training_minutes_budget", "steps", "seconds_per_step",
+                                               "online_training_tokens_per_s", "target_forward_tokens_per_s",
+                                               "online_training_over_forward")}
+    drafters = {int(size): {"folder": Path(info["folder"]), "train_minutes": info["train_minutes"]}
+                for size, info in previous["drafters"].items()}
+    print(f"reusing the drafters of {out / 'bench.json'}: " + ", ".join(str(d["folder"]) for d in drafters.values()))
+    target = TrainRecipe(load(TrainConfig, RECIPE, ["report.num_prompts=0", *args.set])).load_target()
+else:
+    target, training, drafters = probe_and_train()
 
 # ----------------------------------------------------------------------------- decode, interleaved
 GREEDY = Sampling()
 prompts = load_prompts("humaneval", target, args.num_prompts)
 eos = eos_ids(target)
 depth, top_k, total = (int(v) for v in args.tree.split(","))
+tuning = small_batch.tune_and_install(target.model)
 lookup = PromptLookup(LookupConfig())
 lookup.calibrate(target, args.lookup_length)  # adaptive draft lengths, as draftsmith eval does
 methods = {
@@ -135,6 +162,8 @@ methods = {
 }
 for size, info in drafters.items():
     proposer = kind_module("eagle").load_proposer(info["folder"], target)
+    for module in small_batch.proposer_modules(proposer, target):  # as draftsmith eval does
+        small_batch.install(module, tuning["rows"])
     methods[f"eagle3 v{size} chain"] = (lambda ids, p=proposer: speculative_generate(
         target, p, ids, DraftShape(args.draft_length), GREEDY, args.max_new_tokens, eos))
     methods[f"eagle3 v{size} tree"] = (lambda ids, p=proposer: speculative_generate(
@@ -164,16 +193,17 @@ for name, gens in runs.items():
     rows[name] = row
 peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 summary = {
-    "training_minutes_budget": args.minutes, "steps": steps, "seconds_per_step": seconds_per_step,
-    "online_training_tokens_per_s": train_tokens_per_s, "target_forward_tokens_per_s": forward_tokens_per_s,
-    "online_training_over_forward": train_tokens_per_s / forward_tokens_per_s,
+    **training, "reused_drafters": args.reuse,
     "peak_rss_gib": peak_gib, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
     "drafters": {str(k): {"folder": str(v["folder"]), "train_minutes": v["train_minutes"]} for k, v in drafters.items()},
-    "methods": rows, "environment": environment(target),
+    "methods": rows, "environment": environment(target), "small_batch_linear": tuning,
 }
 (out / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
-print(f"\nonline training {train_tokens_per_s:.0f} tok/s vs target forward only {forward_tokens_per_s:.0f} tok/s "
-      f"-> {summary['online_training_over_forward']:.2f}x; peak RSS {peak_gib:.2f} GiB")
+print(f"\nprepare {training['prepare_minutes'] or 0:.1f} min (0 when the data was already prepared); "
+      + ", ".join(f"v{size} trained {info['train_minutes']:.1f} min" for size, info in drafters.items()))
+print(f"online training {training['online_training_tokens_per_s']:.0f} tok/s vs target forward only "
+      f"{training['target_forward_tokens_per_s']:.0f} tok/s -> {training['online_training_over_forward']:.2f}x"
+      f"{' (carried over from the run that trained the drafters)' if args.reuse else ''}; peak RSS {peak_gib:.2f} GiB")
 print(f"{'method':<28} {'tok/s':>7} {'τ':>5} {'vs plain':>9} {'vs gen(PLD)':>12} {'draft frac':>11} identical")
 for name, row in rows.items():
     tau = f"{row['acceptance_length']:.2f}" if "acceptance_length" in row else "-"
