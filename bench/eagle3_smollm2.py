@@ -99,7 +99,6 @@ def probe_and_train():
                                "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1"), target)
     log = [r for r in read_log(out / "probe") if r.get("split") == "train"][2:]  # skip warm-up steps
     train_tokens_per_s = sum(r["tokens"] for r in log) / sum(r["tokens"] / r["tokens_per_s"] for r in log)
-    seconds_per_step = sum(r["tokens"] / r["tokens_per_s"] for r in log) / len(log)
 
     # target-forward-only tokens/s on the same kind of batches (what online capture costs at least)
     from draftsmith.data.capture import TokenDataset, collate  # noqa: E402
@@ -116,9 +115,13 @@ def probe_and_train():
         forward_tokens += int(mask.sum())
     forward_tokens_per_s = forward_tokens / forward_time
 
-    # one drafter per vocab size
-    steps = max(10, int(args.minutes * 60 / seconds_per_step))
-    print(f"probe: {seconds_per_step:.2f} s/step -> {steps} steps for {args.minutes:g} minutes per drafter", flush=True)
+    # one drafter per vocab size. The probe's few batches can be far shorter or longer than the average
+    # one, so the step count comes from its tokens/s and the mean tokens per batch of the whole split.
+    lengths = [min(int(n), base.data.max_length) for n in load_prepared(base.data.prepared)["train"]["length"]]
+    mean_step_tokens = base.data.batch_size * base.train.grad_accum * sum(lengths) / len(lengths)
+    steps = max(10, int(args.minutes * 60 * train_tokens_per_s / mean_step_tokens))
+    print(f"probe: {train_tokens_per_s:.0f} tokens/s, {mean_step_tokens:.0f} tokens per step on average -> {steps} steps "
+          f"for {args.minutes:g} minutes per drafter", flush=True)
     drafters = {}
     for size in args.vocab_sizes:
         vocab_dir = out / f"vocab-{size}"
@@ -127,7 +130,8 @@ def probe_and_train():
         train(train_config(f"eagle3-v{size}", f"train.max_steps={steps}", f"data.draft_vocab={vocab_dir}",
                            f"train.eval_every={max(steps // 3, 1)}", f"train.checkpoint_every={max(steps // 3, 1)}"), target)
         drafters[size] = {"folder": out / f"eagle3-v{size}" / "best", "train_minutes": (time.perf_counter() - began) / 60}
-    training = {"prepare_minutes": prepare_minutes, "training_minutes_budget": args.minutes, "steps": steps, "seconds_per_step": seconds_per_step,
+    training = {"prepare_minutes": prepare_minutes, "training_minutes_budget": args.minutes, "steps": steps,
+                "seconds_per_step": mean_step_tokens / train_tokens_per_s,
                 "online_training_tokens_per_s": train_tokens_per_s, "target_forward_tokens_per_s": forward_tokens_per_s,
                 "online_training_over_forward": train_tokens_per_s / forward_tokens_per_s}
     return target, training, drafters

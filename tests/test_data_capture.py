@@ -91,6 +91,7 @@ def test_offline_batches_equal_online_batches(tiny_folder, prepared, tmp_path):
     shards = FeatureShards(tmp_path / "feat", expect_fingerprint=target.fingerprint(), expect_layers=[1, 7])
     tokens = TokenDataset(split)
     assert len(shards) == len(tokens)
+    assert shards.lengths() == tokens.lengths() == [len(tokens[i]["input_ids"]) for i in range(len(tokens))]
     pad = target.tokenizer.pad_token_id
     # the same groups the capture used: bit-identical batches
     for group in batches_by_tokens(split["length"], range(8), 1024, 4):

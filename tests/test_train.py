@@ -14,7 +14,7 @@ from draftsmith.config import load
 from draftsmith.errors import DraftsmithError
 from draftsmith.train import recipe as recipe_module
 from draftsmith.train.config import TrainConfig
-from draftsmith.train.data import SampleOrder, TrainingData, micro_batch_index
+from draftsmith.train.data import GROUP_BATCHES, SampleOrder, TrainingData, micro_batch_index
 from draftsmith.train.recipe import TrainRecipe, warmup_cosine
 from draftsmith.train.validate import implied_acceptance_length, step_accuracies
 from tiny import tiny_target
@@ -150,6 +150,29 @@ def test_one_process_two_accumulation_steps_sees_the_batches_of_two_processes():
     assert stream[:10] != stream[10:20]
     assert SampleOrder(10, 3, seed=6).micro_batch(0) != order.micro_batch(0) or \
         SampleOrder(10, 3, seed=6).micro_batch(1) != order.micro_batch(1)
+
+
+def test_grouping_by_length_cuts_padding_and_keeps_the_order_a_function_of_the_counter():
+    lengths = torch.randint(5, 500, (200,), generator=torch.Generator().manual_seed(0)).tolist()
+    plain, grouped = SampleOrder(200, 4, seed=3), SampleOrder(200, 4, seed=3, lengths=lengths)
+
+    def padded_tokens(order):
+        return sum(4 * max(lengths[i] for i in order.micro_batch(g)) for g in range(50))
+
+    assert sum(lengths) / padded_tokens(grouped) > 0.9 > sum(lengths) / padded_tokens(plain) + 0.2
+    stream = [i for g in range(100) for i in grouped.micro_batch(g)]
+    assert sorted(stream[:200]) == list(range(200)) and sorted(stream[200:]) == list(range(200))  # still epochs
+    assert stream[:200] != stream[200:]
+    window = 4 * GROUP_BATCHES  # the same samples as the plain shuffle's window, longest first
+    plain_stream = [i for g in range(50) for i in plain.micro_batch(g)]
+    assert set(stream[:window]) == set(plain_stream[:window])
+    assert [lengths[i] for i in stream[:window]] == sorted((lengths[i] for i in stream[:window]), reverse=True)
+    resumed = SampleOrder(200, 4, seed=3, lengths=lengths)  # a resumed run rebuilds the order from scratch
+    assert [resumed.micro_batch(g) for g in (73, 12)] == [grouped.micro_batch(73), grouped.micro_batch(12)]
+    for step in range(6):
+        single = [grouped.micro_batch(micro_batch_index(step, a, 0, world=1, accum=2)) for a in range(2)]
+        double = [grouped.micro_batch(micro_batch_index(step, 0, r, world=2, accum=1)) for r in range(2)]
+        assert single == double
 
 
 def test_implied_acceptance_length_is_one_plus_sum_of_survival_products():

@@ -73,9 +73,16 @@ class TokenDataset(torch.utils.data.Dataset):
 
     def __init__(self, split):
         self.split = split.select_columns(["input_ids", "loss_mask"]).with_format("torch")
+        self._lengths = list(split["length"]) if "length" in split.column_names else None
 
     def __len__(self) -> int:
         return len(self.split)
+
+    def lengths(self) -> list[int]:
+        """Tokens per sample (what batching by length sorts on)."""
+        if self._lengths is None:
+            self._lengths = [len(ids) for ids in self.split["input_ids"]]
+        return [int(n) for n in self._lengths]
 
     def __getitem__(self, index: int) -> dict:
         row = self.split[int(index)]
@@ -199,6 +206,11 @@ class FeatureShards(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def lengths(self) -> list[int]:
+        """Tokens per sample, from the shards' offsets (what batching by length sorts on)."""
+        sizes = {number: self._shard(number)["offsets"].diff().tolist() for number in range(len(self.files))}
+        return [int(sizes[number][position]) for number, position in self.index]
 
     def __getitem__(self, index: int) -> dict:
         shard_number, position = self.index[index]

@@ -48,7 +48,8 @@ def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 def linears(model: nn.Module) -> list[nn.Linear]:
-    return [module for module in model.modules() if isinstance(module, nn.Linear)]
+    """Plain nn.Linear layers only: subclasses (quantized layers and the like) keep their own forward."""
+    return [module for module in model.modules() if type(module) is nn.Linear]
 
 
 def install(model: nn.Module, rows) -> int:

@@ -42,6 +42,9 @@ class DataSection:
     """sequences per micro-batch on each process"""
     max_length: int = 2048
     """sequences are cut to this many tokens"""
+    group_by_length: bool = True
+    """batch samples of similar length together (sorted inside windows of 16 micro-batches of the shuffled
+    order), so that little of each batch is padding; false = a plain shuffle"""
 
     def validate(self) -> None:
         if self.online and not self.prepared:

@@ -120,7 +120,10 @@ class TrainRecipe:
     def _setup_data(self) -> None:
         if self.data is None:
             self.data = build_training_data(self.config, self.target, self.layers, self.config.eval.num_prompts)
-        self.order = SampleOrder(len(self.data.train), self.config.data.batch_size, self.config.train.seed)
+        lengths = None
+        if self.config.data.group_by_length and hasattr(self.data.train, "lengths"):
+            lengths = [min(n, self.config.data.max_length) for n in self.data.train.lengths()]
+        self.order = SampleOrder(len(self.data.train), self.config.data.batch_size, self.config.train.seed, lengths)
 
     def _setup_optimizer(self) -> None:
         cfg = self.config.train
