@@ -56,9 +56,11 @@ for round_ in range(args.rounds):
         totals[grouped]["tokens"] += sum(r["tokens"] for r in counted)
         totals[grouped]["seconds"] += sum(r["tokens"] / r["tokens_per_s"] for r in counted)
         lengths = recipe.data.train.lengths()
-        for record in counted:  # padded size of that step's micro-batch: batch size x its longest sample
-            batch = recipe.order.micro_batch(record["step"] - 1)
-            totals[grouped]["padded"] += len(batch) * max(min(lengths[i], config.data.max_length) for i in batch)
+        accum = config.train.grad_accum
+        for record in counted:  # padded size of that step's micro-batches: batch size x the longest sample
+            for index in range((record["step"] - 1) * accum, record["step"] * accum):
+                batch = recipe.order.micro_batch(index)
+                totals[grouped]["padded"] += len(batch) * max(min(lengths[i], config.data.max_length) for i in batch)
         print(f"round {round_ + 1}, group_by_length={grouped}: {sum(r['tokens'] for r in counted):.0f} tokens in "
               f"{sum(r['tokens'] / r['tokens_per_s'] for r in counted):.1f} s", flush=True)
 
