@@ -117,7 +117,7 @@ def probe_and_train():
 
     # one drafter per vocab size. The probe's few batches can be far shorter or longer than the average
     # one, so the step count comes from its tokens/s and the mean tokens per batch of the whole split.
-    lengths = [min(int(n), base.data.max_length) for n in load_prepared(base.data.prepared)["train"]["length"]]
+    lengths = [min(n, base.data.max_length) for n in split.lengths()]
     mean_step_tokens = base.data.batch_size * base.train.grad_accum * sum(lengths) / len(lengths)
     steps = max(10, int(args.minutes * 60 * train_tokens_per_s / mean_step_tokens))
     print(f"probe: {train_tokens_per_s:.0f} tokens/s, {mean_step_tokens:.0f} tokens per step on average -> {steps} steps "
