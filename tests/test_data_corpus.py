@@ -1,5 +1,6 @@
 """The built-in corpus: deterministic, sized for a ~20-minute CPU recipe, no HumanEval content."""
 
+import ast
 import gzip
 import json
 from pathlib import Path
@@ -58,3 +59,23 @@ def test_builtin_input_alias(tmp_path, monkeypatch, corpus_rows):
     assert builtin_corpus_path("stdlib") == cached
     source, line, row = next(read_rows("builtin:stdlib"))
     assert source == "builtin:stdlib" and line == 1 and "messages" in row
+
+
+def test_completion_corpus_holds_humaneval_shaped_stubs(tmp_path, monkeypatch):
+    from draftsmith.errors import DraftsmithError
+
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    path = builtin_corpus_path("stdlib-complete")
+    assert path.name.startswith("stdlib-complete-py")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) >= 1500 and [r["source"] for r in rows[:20]] == [r["source"] for r in stdlib_conversations()][:20]
+    for row in rows:
+        normalize_row(row)
+        ask, answer = (m["content"] for m in row["messages"])
+        stub = ast.parse(ask).body[0]  # a def whose only statement is its docstring
+        assert isinstance(stub, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(stub.body) == 1 and ast.get_docstring(stub)
+        code = answer.removeprefix("```python\n").removesuffix("\n```")
+        header = ask.splitlines()[0]
+        assert code.lstrip().startswith(header) and len(code.splitlines()) > len(ask.splitlines())  # the stub, then a body
+    with pytest.raises(DraftsmithError, match="builtin:stdlib-complete"):
+        builtin_corpus_path("nope")

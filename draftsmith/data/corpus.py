@@ -12,6 +12,11 @@ The sources are parsed with `ast` (nothing is imported), the order is a fixed ha
 corpus stops at `max_conversations` or `max_chars` (~4 characters per token), so the same Python
 version always writes the same file. No HumanEval content: it only holds standard-library code.
 The file is cached as $DRAFTSMITH_CACHE/corpus/stdlib-py<version>-v1.jsonl.
+
+`builtin:stdlib-complete` holds the same functions, every one as a bare stub to complete, the shape of
+a HumanEval prompt: the user message is the `def` line and docstring, the answer the source. It is
+meant for regeneration (prepare.regenerate): prompts like a code benchmark's, answers in the
+target's own words.
 """
 
 from __future__ import annotations
@@ -35,25 +40,27 @@ KINDS = ("implement", "explain", "read", "two-turn")
 
 
 def builtin_corpus_path(name: str) -> Path:
-    """Path of a built-in corpus file, written on first use (`builtin:stdlib`)."""
-    if name != "stdlib":
-        raise DraftsmithError(f"Unknown built-in corpus 'builtin:{name}'. The built-in corpus is builtin:stdlib.")
+    """Path of a built-in corpus file, written on first use (`builtin:stdlib`, `builtin:stdlib-complete`)."""
+    if name not in ("stdlib", "stdlib-complete"):
+        raise DraftsmithError(f"Unknown built-in corpus 'builtin:{name}'. "
+                              "The built-in corpora are builtin:stdlib and builtin:stdlib-complete.")
     from draftsmith.target import cache_dir
 
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    path = cache_dir() / "corpus" / f"stdlib-py{version}-{VERSION}.jsonl"
+    path = cache_dir() / "corpus" / f"{name}-py{version}-{VERSION}.jsonl"
     if not path.is_file():
-        write_stdlib_corpus(path)
+        write_stdlib_corpus(path, complete=name == "stdlib-complete")
     return path
 
 
-def write_stdlib_corpus(path: Path, max_conversations: int = 4000, max_chars: int = 3_000_000) -> int:
-    """Write the corpus as jsonl (atomically); returns the number of conversations."""
+def write_stdlib_corpus(path: Path, max_conversations: int = 4000, max_chars: int = 3_000_000,
+                        complete: bool = False) -> int:
+    """Write the corpus (`complete`: the stub-completion one) as jsonl, atomically; returns the number of rows."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     count = 0
     with open(tmp, "w", encoding="utf-8") as handle:
-        for row in stdlib_conversations(max_conversations, max_chars):
+        for row in stdlib_conversations(max_conversations, max_chars, complete):
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
         handle.flush()
@@ -62,12 +69,15 @@ def write_stdlib_corpus(path: Path, max_conversations: int = 4000, max_chars: in
     return count
 
 
-def stdlib_conversations(max_conversations: int = 4000, max_chars: int = 3_000_000):
+def stdlib_conversations(max_conversations: int = 4000, max_chars: int = 3_000_000, complete: bool = False):
     """Conversations in a fixed order, until either budget is spent."""
     entries = sorted(stdlib_functions(), key=lambda entry: _hash(entry["qualname"]))
+    if complete:  # a stub needs a body to complete (abstract methods have only their docstring)
+        entries = [entry for entry in entries if entry["flush_code"] != entry["stub"]]
     chars = 0
     for number, entry in enumerate(entries[:max_conversations]):
-        messages = _conversation(entry, KINDS[_hash("kind:" + entry["qualname"]) % len(KINDS)])
+        kind = "complete" if complete else KINDS[_hash("kind:" + entry["qualname"]) % len(KINDS)]
+        messages = _conversation(entry, kind)
         chars += sum(len(m["content"]) for m in messages)
         if chars > max_chars:
             return
@@ -104,9 +114,13 @@ def _functions_in(tree, module: str, lines: list[str]):
             if not docstring or len(docstring) < 40 or not 3 <= length <= 40:
                 continue
             code = textwrap.dedent("\n".join(lines[function.lineno - 1:function.end_lineno]))
+            # flush left by the def line's own indent (dedent stops at a docstring line or comment in column 0)
+            flush = [line[min(function.col_offset, len(line) - len(line.lstrip())):]
+                     for line in lines[function.lineno - 1:function.end_lineno]]
             name = f"{owner}.{function.name}" if owner else function.name
             yield {"qualname": f"{module}.{name}", "module": module, "name": name, "code": code,
-                   "docstring": inspect.cleandoc(docstring), "signature": _signature(function, owner)}
+                   "docstring": inspect.cleandoc(docstring), "signature": _signature(function, owner),
+                   "stub": "\n".join(flush[:function.body[0].end_lineno - function.lineno + 1]), "flush_code": "\n".join(flush)}
 
 
 def _signature(function, owner) -> str:
@@ -119,6 +133,9 @@ def _conversation(entry: dict, kind: str) -> list[dict[str, str]]:
     code = f"```python\n{entry['code']}\n```"
     where = f"`{entry['qualname']}` from Python's `{entry['module']}` module"
     explanation = f"{where} has the signature `{entry['signature']}`.\n\n{entry['docstring']}"
+    if kind == "complete":  # a HumanEval-shaped prompt: the bare def line(s) and docstring
+        return [{"role": "user", "content": entry["stub"] + "\n"},
+                {"role": "assistant", "content": f"```python\n{entry['flush_code']}\n```"}]
     if kind == "implement":
         ask = f"Write a Python function `{entry['signature']}` that does the following: {summary}"
         return [{"role": "user", "content": ask},

@@ -32,7 +32,8 @@ class PrepareConfig:
     target: str = "smollm2-135m-instruct"
     """target model (hub id, folder, .gguf, or built-in alias) whose chat template and tokenizer to use"""
     input: list[str] = field(default_factory=lambda: ["builtin:stdlib"])
-    """input files (.jsonl/.json/.parquet), saved `datasets` folders, hub dataset names, or builtin:stdlib"""
+    """input files (.jsonl/.json/.parquet), saved `datasets` folders, hub dataset names, builtin:stdlib or
+    builtin:stdlib-complete (the same functions as HumanEval-style stubs, for regeneration)"""
     out: str = "runs/data"
     """output folder"""
     max_length: int = 2048
