@@ -45,6 +45,12 @@ RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m" / "eag
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--minutes", type=float, default=60.0, help="training wall-time budget per drafter")
 parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[8192, 16384], help="draft vocabulary sizes to compare")
+parser.add_argument("--vocab-from", default=None,
+                    help="prepared-data folder whose token counts pick the draft vocabularies (default: the training data; "
+                         "regenerated data can hold fewer distinct tokens than a vocabulary needs)")
+parser.add_argument("--narrow-to", type=int, nargs="*", default=[],
+                    help="also decode chains with each trained head narrowed to its N most frequent tokens in the training "
+                         "data (Drafter.narrow_vocab: no retraining; prices the head's size at decode time)")
 parser.add_argument("--num-prompts", type=int, default=40, help="HumanEval prompts decoded per drafter")
 parser.add_argument("--max-new-tokens", type=int, default=128)
 parser.add_argument("--draft-length", type=int, default=4, help="EAGLE-3 chain length")
@@ -93,7 +99,7 @@ def probe_and_train():
     from draftsmith.data.prepared import load_token_counts  # noqa: E402
     from draftsmith.data.vocab import build_draft_vocab, save_draft_vocab  # noqa: E402
 
-    counts = load_token_counts(base.data.prepared)
+    counts = load_token_counts(args.vocab_from or base.data.prepared)
     probe_steps = 6
     probe = train(train_config("probe", f"train.max_steps={probe_steps}", "train.eval_every=0",
                                "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1"), target)
@@ -150,6 +156,12 @@ else:
     target, training, drafters = probe_and_train()
 
 # ----------------------------------------------------------------------------- decode, interleaved
+from draftsmith.data.prepared import load_token_counts  # noqa: E402
+
+training_counts = load_token_counts(load(TrainConfig, RECIPE, ["report.num_prompts=0", *args.set]).data.prepared).double()
+if args.vocab_from:  # tokens the training data never shows: ordered by the counts that chose the vocabulary
+    vocab_counts = load_token_counts(args.vocab_from).double()
+    training_counts = training_counts * (vocab_counts.max() + 1) + vocab_counts
 GREEDY = Sampling()
 prompts = load_prompts("humaneval", target, args.num_prompts)
 eos = eos_ids(target)
@@ -172,6 +184,13 @@ for size, info in drafters.items():
         target, p, ids, DraftShape(args.draft_length), GREEDY, args.max_new_tokens, eos))
     methods[f"eagle3 v{size} tree"] = (lambda ids, p=proposer: speculative_generate(
         target, p, ids, DraftShape(tree=(depth, top_k, total)), GREEDY, args.max_new_tokens, eos))
+    for narrow in [n for n in args.narrow_to if n < size]:
+        narrowed = kind_module("eagle").load_proposer(info["folder"], target)
+        narrowed.drafter.narrow_vocab(training_counts, narrow)
+        for module in small_batch.proposer_modules(narrowed, target):
+            small_batch.install(module, tuning["rows"])
+        methods[f"eagle3 v{size}->{narrow} chain"] = (lambda ids, p=narrowed: speculative_generate(
+            target, p, ids, DraftShape(args.draft_length), GREEDY, args.max_new_tokens, eos))
 
 warm = torch.tensor([prompts[0].token_ids[:32]])
 for run in methods.values():

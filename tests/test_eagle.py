@@ -196,6 +196,30 @@ def test_restricted_draft_vocabulary(tiny_llama):
     assert vocab.t2d[tree.tokens].all()
 
 
+def test_narrowed_head_keeps_the_most_frequent_tokens(tiny_llama, tmp_path):
+    target = frozen(tiny_llama)
+    drafter = eagle.create(eagle.Config(ttt_steps=2), target, draft_vocab(target, 48)).eval()
+    with torch.no_grad():
+        drafter.lm_head.weight.normal_()
+    old_ids, counts = drafter.draft_ids.clone(), torch.zeros(320, dtype=torch.long)
+    counts[old_ids[::3]] = torch.arange(16) + 1  # 16 seen tokens; the 16 most frequent are exactly these
+    counts[5 if not drafter.t2d[5] else 6] = 1000  # outside the head: can never be kept
+    batch = make_batch(target, drafter)
+    hidden = drafter.ttt_forward(batch["input_ids"], batch["features"])[1]
+    before = drafter.logits(hidden, None)
+    drafter.narrow_vocab(counts, 16)
+    assert torch.equal(drafter.draft_ids, old_ids[::3]) and drafter.lm_head.weight.shape == (16, 64)
+    assert torch.equal(drafter.t2d.nonzero().flatten(), old_ids[::3])
+    torch.testing.assert_close(drafter.logits(hidden, None), before[..., ::3], rtol=0, atol=0)
+    drafter.narrow_vocab(counts, 4)  # ties are impossible here: keeps counts 13..16
+    assert torch.equal(drafter.draft_ids, old_ids[::3][-4:])
+    drafter.save_pretrained(tmp_path / "d")
+    loaded = eagle.Drafter.from_pretrained(tmp_path / "d")
+    assert torch.equal(loaded.draft_ids, drafter.draft_ids) and loaded.layer_config.draft_vocab_size == 4
+    with pytest.raises(DraftsmithError, match="narrow"):
+        drafter.narrow_vocab(counts, 5)
+
+
 def test_out_of_vocabulary_positions_are_masked(tiny_llama):
     """Positions whose target argmax is outside the draft vocabulary carry no loss."""
     target = frozen(tiny_llama)

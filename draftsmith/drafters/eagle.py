@@ -225,6 +225,23 @@ class Drafter(nn.Module):
         """The training loss and metrics (calls `forward`, so wrappers such as DDP see the call)."""
         return self(batch, target_head)
 
+    @torch.no_grad()
+    def narrow_vocab(self, token_counts: torch.Tensor, size: int) -> None:
+        """Keep the `size` draft-vocabulary entries most frequent in `token_counts` [V] (ties: lower id):
+        a smaller, cheaper EAGLE-3 head whose logits equal the old head's on the tokens it keeps."""
+        if not self.eagle3 or not 1 <= size <= self.d2t.numel():
+            raise DraftsmithError(f"Can only narrow an EAGLE-3 head of {self.d2t.numel()} entries to 1..that many; got {size}.")
+        ids = self.draft_ids
+        order = torch.sort(-token_counts.to(ids.device)[ids].long(), stable=True).indices[:size]
+        keep = torch.sort(order).values  # draft ids stay sorted by target id, as build_draft_vocab makes them
+        head = nn.Linear(self.lm_head.in_features, size, bias=False).to(self.lm_head.weight)
+        head.weight.copy_(self.lm_head.weight[keep])
+        self.lm_head = head
+        self.t2d.zero_()
+        self.t2d[ids[keep]] = True
+        self.d2t = ids[keep] - torch.arange(size, device=ids.device)
+        self.layer_config.draft_vocab_size = size
+
     # ---- saving
     def save_pretrained(self, folder: str | Path) -> None:
         """config.json (draftsmith_kind, options, draft-layer LlamaConfig) + model.safetensors."""
