@@ -86,3 +86,17 @@ def test_one_command_prepares_trains_reports_and_exports(tmp_path, capsys, monke
     # a second run with resume=true finds the finished run and only reports again
     assert main(["train", str(path), "resume=true", "report.num_prompts=1"]) == 0
     assert json.loads((tmp_path / "run" / "eval" / "results.json").read_text())["lossless"]["checked"] == 1
+
+
+def test_prepared_data_made_by_the_cli_matches_a_recipe_without_a_vocabulary(tmp_path):
+    """`draftsmith prepare` without --draft-vocab-size reports null; a recipe's 0 means the same."""
+    from draftsmith.data.prepared import PrepareConfig
+    from draftsmith.train.pipeline import check_prepared_matches
+
+    report = {"inputs": ["builtin:stdlib-complete"], "max_length": 512, "last_turn_only": False, "regenerated": True,
+              "draft_vocab_size": None}
+    wanted = PrepareConfig(input=["builtin:stdlib-complete"], max_length=512, regenerate=True, draft_vocab_size=0)
+    check_prepared_matches(report, wanted, tmp_path / "prepare_report.json")
+    with pytest.raises(DraftsmithError, match="prepare.draft_vocab_size: recipe 8192, data 0"):
+        check_prepared_matches(report, PrepareConfig(**{**wanted.__dict__, "draft_vocab_size": 8192}),
+                               tmp_path / "prepare_report.json")

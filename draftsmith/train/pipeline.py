@@ -54,9 +54,9 @@ def check_prepared_matches(report: dict, wanted, where: Path) -> None:
     """Refuse to reuse prepared data made with other prepare options than the recipe asks for."""
     made = {"input": report.get("inputs"), "max_length": report.get("max_length"),
             "last_turn_only": report.get("last_turn_only"), "regenerate": report.get("regenerated"),
-            "draft_vocab_size": report.get("draft_vocab_size")}
+            "draft_vocab_size": report.get("draft_vocab_size") or 0}  # the report writes None for no vocabulary
     asked = {"input": list(wanted.input), "max_length": wanted.max_length, "last_turn_only": wanted.last_turn_only,
-             "regenerate": wanted.regenerate, "draft_vocab_size": wanted.draft_vocab_size}
+             "regenerate": wanted.regenerate, "draft_vocab_size": wanted.draft_vocab_size or 0}
     differ = [f"prepare.{key}: recipe {asked[key]!r}, data {made[key]!r}" for key in asked if asked[key] != made[key]]
     if differ:
         raise DraftsmithError(
