@@ -178,8 +178,7 @@ methods = {
 }
 for size, info in drafters.items():
     proposer = kind_module("eagle").load_proposer(info["folder"], target)
-    for module in small_batch.proposer_modules(proposer, target):  # as draftsmith eval does
-        small_batch.install(module, tuning["rows"])
+    small_batch.install_on_proposer(proposer, target, tuning["rows"])  # as draftsmith eval does
     methods[f"eagle3 v{size} chain"] = (lambda ids, p=proposer: speculative_generate(
         target, p, ids, DraftShape(args.draft_length), GREEDY, args.max_new_tokens, eos))
     methods[f"eagle3 v{size} tree"] = (lambda ids, p=proposer: speculative_generate(
@@ -187,8 +186,7 @@ for size, info in drafters.items():
     for narrow in [n for n in args.narrow_to if n < size]:
         narrowed = kind_module("eagle").load_proposer(info["folder"], target)
         narrowed.drafter.narrow_vocab(training_counts, narrow)
-        for module in small_batch.proposer_modules(narrowed, target):
-            small_batch.install(module, tuning["rows"])
+        small_batch.install_on_proposer(narrowed, target, tuning["rows"])
         methods[f"eagle3 v{size}->{narrow} chain"] = (lambda ids, p=narrowed: speculative_generate(
             target, p, ids, DraftShape(args.draft_length), GREEDY, args.max_new_tokens, eos))
 

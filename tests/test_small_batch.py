@@ -78,6 +78,8 @@ def test_proposer_modules_are_the_drafting_networks_not_the_target(tiny_llama):
     proposer = eagle.create(eagle.Config(), tiny_llama).proposer(tiny_llama)
     assert small_batch.proposer_modules(proposer, tiny_llama) == [proposer.drafter]
     assert small_batch.proposer_modules(PromptLookup(Config()), tiny_llama) == []
+    assert small_batch.install_on_proposer(proposer, tiny_llama, [2]) == [proposer.drafter]
+    assert small_batch.installed_rows(proposer.drafter) == [2] and small_batch.installed_rows(tiny_llama.model) == []
 
 
 def test_eval_reports_the_rows_and_leaves_the_target_as_it_came(tiny_llama, tmp_path, monkeypatch):

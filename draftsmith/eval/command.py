@@ -128,9 +128,7 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
         adaptive = config.draft_length if config.adaptive_lookup and config.tree is None else None
         proposer = load_drafter(config.drafter, target, max_ngram=config.ngram, min_ngram=config.min_ngram,
                                 adaptive_length=adaptive)
-        drafting = small_batch.proposer_modules(proposer, target)
-        for module in drafting:  # the drafter's own layers: same CPU, same kind of few-row products
-            small_batch.install(module, rows)
+        drafting = small_batch.install_on_proposer(proposer, target, rows)
         shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
         sampling = Sampling(config.temperature, config.top_k, config.top_p)
         results = compare(target, proposer, prompts, shape, sampling, config.max_new_tokens, seed=config.seed,

@@ -138,3 +138,11 @@ def proposer_modules(proposer, target) -> list[nn.Module]:
         if isinstance(module, nn.Module) and module is not target.model and all(module is not m for m in found):
             found.append(module)
     return found
+
+
+def install_on_proposer(proposer, target, rows) -> list[nn.Module]:
+    """`install` on the proposer's own networks (same CPU, same kind of few-row products); returns them for `remove`."""
+    modules = proposer_modules(proposer, target)
+    for module in modules:
+        install(module, rows)
+    return modules
