@@ -6,7 +6,9 @@ For each draft-vocabulary size: train the default recipe (recipes/smollm2-135m/e
 about --minutes of wall time (steps = budget / seconds per step measured on a short probe), then
 decode the same HumanEval prompts at T=0, interleaved prompt by prompt, with: our plain loop,
 EAGLE-3 chains, EAGLE-3 trees, our prompt lookup and generate(prompt_lookup_num_tokens) (our plain
-loop against plain generate() is bench/decode.py's job). As in `draftsmith eval`, the target's linear
+loop against plain generate() is bench/decode.py's job). --narrow-to N also decodes chains with each
+trained head cut to its N most frequent tokens (Drafter.narrow_vocab), which prices the head's size
+without training again. As in `draftsmith eval`, the target's linear
 layers first get W·xᵀ for the few-row inputs where it is measured faster (eval/small_batch.py); every
 method runs those same layers.
 Prints τ, speedups as ratios measured in this run, the draft-time fraction, online-training
