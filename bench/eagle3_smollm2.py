@@ -32,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from draftsmith.config import load  # noqa: E402
+from draftsmith.data.prepared import load_token_counts  # noqa: E402
 from draftsmith.drafters import DraftShape, Sampling, kind_module  # noqa: E402
 from draftsmith.drafters.prompt_lookup import Config as LookupConfig, PromptLookup  # noqa: E402
 from draftsmith.eval import metrics, small_batch  # noqa: E402
@@ -66,6 +67,7 @@ parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE
                     help="extra overrides of the recipe for every drafter, e.g. drafter.ttt_steps=5")
 args = parser.parse_args()
 out = Path(args.out)
+recipe = load(TrainConfig, RECIPE, ["report.num_prompts=0", *args.set])  # the recipe as every run here sees it
 
 
 def train_config(name: str, *overrides: str) -> TrainConfig:
@@ -98,7 +100,6 @@ def probe_and_train():
     began = time.perf_counter()
     pipeline.ensure_prepared(base, target)  # regenerated data (--set prepare.regenerate=true) costs most here
     prepare_minutes = (time.perf_counter() - began) / 60
-    from draftsmith.data.prepared import load_token_counts  # noqa: E402
     from draftsmith.data.vocab import build_draft_vocab, save_draft_vocab  # noqa: E402
 
     counts = load_token_counts(args.vocab_from or base.data.prepared)
@@ -153,15 +154,13 @@ if args.reuse:
     drafters = {int(size): {"folder": Path(info["folder"]), "train_minutes": info["train_minutes"]}
                 for size, info in previous["drafters"].items()}
     print(f"reusing the drafters of {out / 'bench.json'}: " + ", ".join(str(d["folder"]) for d in drafters.values()))
-    target = TrainRecipe(load(TrainConfig, RECIPE, ["report.num_prompts=0", *args.set])).load_target()
+    target = TrainRecipe(recipe).load_target()
 else:
     target, training, drafters = probe_and_train()
 
 # ----------------------------------------------------------------------------- decode, interleaved
-from draftsmith.data.prepared import load_token_counts  # noqa: E402
-
-training_counts = load_token_counts(load(TrainConfig, RECIPE, ["report.num_prompts=0", *args.set]).data.prepared).double()
-if args.vocab_from:  # tokens the training data never shows: ordered by the counts that chose the vocabulary
+training_counts = load_token_counts(recipe.data.prepared).double() if args.narrow_to else None
+if args.narrow_to and args.vocab_from:  # tokens the training data never shows: ordered by the counts that chose the vocabulary
     vocab_counts = load_token_counts(args.vocab_from).double()
     training_counts = training_counts * (vocab_counts.max() + 1) + vocab_counts
 GREEDY = Sampling()
