@@ -217,8 +217,8 @@ def sglang_config(ckpt: Eagle3Checkpoint, speculative_tokens: int) -> dict:
 
 
 def drafter_tensors(ckpt: Eagle3Checkpoint) -> dict[str, torch.Tensor]:
-    """The drafter's own tensors. `embed_tokens` is a frozen copy of the target's embedding, which both
-    engines share from the target when the drafter has none, so it is not shipped."""
+    """The drafter's own tensors. Both engines share the target's embedding when the drafter has none, so
+    a frozen copy (which drafter folders written before draftsmith stopped storing it still hold) is not shipped."""
     return {name: tensor for name, tensor in ckpt.tensors.items() if name != "embed_tokens.weight"}
 
 
@@ -251,8 +251,7 @@ def write_format(ckpt: Eagle3Checkpoint, fmt: str, folder: Path, speculative_tok
 def to_checkpoint(folder: str | Path) -> tuple[str, dict, dict[str, torch.Tensor]]:
     """An exported folder -> (format, eagle drafter meta, tensors in our names), from engine-visible fields only.
 
-    The meta lacks `target_num_layers` and the tensors lack `embed_tokens` (engines take both from the
-    target); `load_exported` fills them in from the target.
+    The meta lacks `target_num_layers` (engines take it from the target); `load_exported` fills it in.
     """
     from safetensors.torch import load_file
 
@@ -296,7 +295,6 @@ def load_exported(folder: str | Path, target):
                                               target_vocab_size=target.vocab_size))
     _, meta, tensors = to_checkpoint(folder)
     meta["transformer_layer_config"]["target_num_layers"] = target.num_layers
-    tensors["embed_tokens.weight"] = target.model.get_input_embeddings().weight.detach().to(tensors["fc.weight"].dtype)
     with tempfile.TemporaryDirectory(prefix="draftsmith-export-") as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(meta))
         save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(Path(tmp) / "model.safetensors"))

@@ -139,8 +139,8 @@ def _value(value) -> str:
 
 def _front_matter(facts: CardFacts) -> str:
     meta = {"library_name": "draftsmith",
-            "tags": ["speculative-decoding", "eagle3", "draftsmith", facts.fmt,
-                     "vllm" if facts.fmt == "speculators" else "sglang"]}
+            "tags": list(dict.fromkeys(["speculative-decoding", "eagle3", "draftsmith", facts.fmt,
+                                        "vllm" if facts.fmt == "speculators" else "sglang"]))}
     if facts.verifier_is_hub_id:
         meta["base_model"] = facts.verifier
     if facts.license:

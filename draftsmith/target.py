@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from draftsmith.errors import DraftsmithError
@@ -58,6 +59,15 @@ def cache_dir() -> Path:
     return Path(base) / "draftsmith"
 
 
+def target_slug(name: str) -> str:
+    """A short folder-safe name of a target spec: `Qwen/Qwen3-0.6B` -> `qwen3-0.6b`, `/m/base.gguf` -> `base`."""
+    import re
+
+    stem = Path(name.rstrip("/")).name
+    stem = stem[: -len(".gguf")] if stem.endswith(".gguf") else stem
+    return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.") or "target"
+
+
 def default_eagle3_layers(num_layers: int) -> list[int]:
     """EAGLE-3's low/mid/high feature layers (output-layer ids): 1, L/2 - 1, L - 4."""
     layers = [1, num_layers // 2 - 1, num_layers - 4]
@@ -88,6 +98,7 @@ class Target:
         self.name = name
         self.config = model.config
         self.layers = find_decoder_layers(model)
+        self._fingerprint: dict | None = None
 
     # ---- facts about the model
     @property
@@ -118,21 +129,28 @@ class Target:
         """EAGLE-3 default feature layers for this target (output-layer ids)."""
         return default_eagle3_layers(self.num_layers)
 
-    def fingerprint(self) -> dict[str, str]:
-        """Name plus a hash of the model config: what captured features must match."""
-        config = self.config.to_dict()
-        for volatile in ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "_commit_hash"):
-            config.pop(volatile, None)
-        blob = json.dumps(config, sort_keys=True, default=str).encode()
-        return {"name": self.name, "config_sha256": hashlib.sha256(blob).hexdigest()}
+    def fingerprint(self) -> dict[str, str | None]:
+        """Name, a hash of the model config and a hash of the tokenizer: what derived data must match.
 
-    def require_chat_template(self) -> None:
-        """Raise a clear error when the tokenizer has no chat template."""
-        if not self.has_chat_template:
+        Token data (prepared sets, draft vocabularies) depends on the tokenizer; features and drafters
+        on the model as well. `fingerprint_mismatch` compares two of these."""
+        if self._fingerprint is None:
+            config = self.config.to_dict()
+            for volatile in ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "_commit_hash"):
+                config.pop(volatile, None)
+            blob = json.dumps(config, sort_keys=True, default=str).encode()
+            self._fingerprint = {"name": self.name, "config_sha256": hashlib.sha256(blob).hexdigest(),
+                                 "tokenizer_sha256": tokenizer_sha256(self.tokenizer)}
+        return dict(self._fingerprint)
+
+    def require_chat_template(self, chat_template: str | None = None) -> None:
+        """Raise a clear error when neither the tokenizer nor `chat_template` gives a chat template."""
+        if not self.has_chat_template and not chat_template:
             raise DraftsmithError(
-                f"The tokenizer of target '{self.name}' has no chat template, which this step needs. "
-                "Use an instruction-tuned model, or set `tokenizer.chat_template` in its "
-                "tokenizer_config.json."
+                f"Target '{self.name}' has no chat template (a base model?), and conversation rows need one. "
+                "Either give one with --chat-template (recipe key prepare.chat_template; eval: --chat-template), "
+                "a Jinja string or a file holding it, or use plain-text rows: {\"text\": ...} (loss on every "
+                "token) or {\"prompt\": ..., \"completion\": ...} (loss on the completion)."
             )
 
     # ---- pieces other modules reuse
@@ -148,9 +166,10 @@ class Target:
             raise DraftsmithError(f"Cannot find the final norm of target '{self.name}'.")
         return norm
 
-    def head(self, last_layer_features: torch.Tensor) -> torch.Tensor:
-        """Target logits from the output of its last decoder layer: final norm, then lm_head."""
-        return self.model.get_output_embeddings()(self.final_norm(last_layer_features))
+    @property
+    def head(self) -> TargetHead:
+        """The frozen final norm + lm_head: `target.head(last_layer_output)` gives the target's logits."""
+        return TargetHead(self)
 
     # ---- forward with hooks
     @torch.no_grad()
@@ -191,6 +210,75 @@ class Target:
                 handle.remove()
 
     __call__ = forward
+
+
+def tokenizer_sha256(tokenizer) -> str | None:
+    """A hash of what maps text to ids: the fast tokenizer's full definition (vocabulary, merges,
+    normalizer, special-token rules), or the sorted vocabulary of a slow one; None without a tokenizer."""
+    if tokenizer is None:
+        return None
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        blob = backend.to_str()
+    else:
+        blob = json.dumps(sorted(tokenizer.get_vocab().items()))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def fingerprint_mismatch(recorded: dict | None, current: dict, model: bool = True) -> str | None:
+    """Why data made for target `recorded` does not fit target `current` (None when it does).
+
+    Token data needs the same tokenizer (`model=False`); features also the same model (name and
+    config: two fine-tunes share a config). A record without a tokenizer hash (written before draftsmith recorded one) is compared
+    on what it has; a missing record never matches."""
+    if not recorded:
+        return "it records no target fingerprint"
+    differences = []
+    if model and recorded.get("name") != current.get("name"):
+        differences.append("another model name")
+    if model and recorded.get("config_sha256") != current.get("config_sha256"):
+        differences.append(f"model config {str(recorded.get('config_sha256'))[:12]} vs {str(current.get('config_sha256'))[:12]}")
+    theirs, ours = recorded.get("tokenizer_sha256"), current.get("tokenizer_sha256")
+    if theirs is not None and theirs != ours:
+        differences.append(f"tokenizer {theirs[:12]} vs {str(ours)[:12]}")
+    if not differences:
+        return None
+    return f"it was made for target '{recorded.get('name')}', not '{current.get('name')}' ({'; '.join(differences)})"
+
+
+class TargetHead:
+    """The target's final norm and lm_head, applied to the output of its last decoder layer.
+
+    Calling it gives logits over the whole vocabulary; `draft_targets` gives what a reduced-vocabulary
+    drafter trains on (logits over its rows and the full-vocabulary argmax) without ever holding
+    [positions, vocabulary] logits: on a large vocabulary that is most of a training step's memory."""
+
+    CHUNK = 16384  # vocabulary rows per matmul when only the argmax is needed
+
+    def __init__(self, target: Target):
+        self.target = target
+
+    def __call__(self, last_layer_features: torch.Tensor) -> torch.Tensor:
+        return self.target.model.get_output_embeddings()(self.target.final_norm(last_layer_features))
+
+    @torch.no_grad()
+    def draft_targets(self, last_layer_features: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits over vocabulary rows `ids` [..., N], argmax over the whole vocabulary [...])."""
+        head = self.target.model.get_output_embeddings()
+        weight, bias = head.weight, getattr(head, "bias", None)
+        hidden = self.target.final_norm(last_layer_features)
+        logits = F.linear(hidden, weight[ids], None if bias is None else bias[ids])
+        best, argmax = logits.max(-1)
+        argmax = ids[argmax]
+        outside = torch.ones(weight.shape[0], dtype=torch.bool, device=weight.device)
+        outside[ids] = False
+        outside = outside.nonzero().flatten()
+        for start in range(0, outside.numel(), self.CHUNK):  # the rest of the vocabulary, for the argmax only
+            rows = outside[start:start + self.CHUNK]
+            value, index = F.linear(hidden, weight[rows], None if bias is None else bias[rows]).max(-1)
+            better = value > best
+            best, argmax = torch.where(better, value, best), torch.where(better, rows[index], argmax)
+        return logits, argmax
 
 
 def _capture_into(store: dict[int, torch.Tensor], layer_id: int):

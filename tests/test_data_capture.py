@@ -136,7 +136,7 @@ def test_bytes_on_disk_close_to_raw_and_verify(tiny_folder, prepared, tmp_path):
 def test_reader_refuses_other_target_or_missing_layers(tiny_folder, prepared, tmp_path, tiny_qwen3):
     _, target = tiny_folder
     write_capture(config(prepared, tmp_path / "feat"), target=target)
-    with pytest.raises(DraftsmithError, match="captured from target"):
+    with pytest.raises(DraftsmithError, match="cannot train a drafter for this target"):
         FeatureShards(tmp_path / "feat", expect_fingerprint=tiny_qwen3.fingerprint())
     with pytest.raises(DraftsmithError, match=r"missing \[2\]"):
         FeatureShards(tmp_path / "feat", expect_layers=[1, 2])

@@ -102,7 +102,10 @@ def test_template_that_raises_is_a_row_error(smollm2):
 
 @pytest.mark.parametrize("row, reason", [
     ([1, 2], "not a JSON object"),
-    ({"text": "x"}, "neither 'messages' nor 'conversations'"),
+    ({"body": "x"}, "none of 'messages', 'conversations', 'text'"),
+    ({"completion": "x"}, "needs a 'prompt' string too"),
+    ({"text": "  "}, "the text to train on is empty"),
+    ({"text": 3}, "'text' is not a string"),
     ({"messages": []}, "empty"),
     ({"messages": [{"role": "robot", "content": "x"}, {"role": "assistant", "content": "y"}]}, "unknown role"),
     ({"messages": [{"role": "user", "content": "  "}, {"role": "assistant", "content": "y"}]}, "empty content"),

@@ -21,7 +21,7 @@ def test_multi_turn_regeneration_sees_earlier_regenerated_turns(monkeypatch, tin
 
     seen = []
 
-    def fake_generate(target, prompts, temperature, max_new_tokens):
+    def fake_generate(target, prompts, temperature, max_new_tokens, chat_template=None):
         seen.append(prompts)
         return [f"new answer to {p[-1]['content']} after {sum(m['role'] == 'assistant' for m in p)}" for p in prompts]
 

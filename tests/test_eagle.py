@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, kind_module
 from draftsmith.drafters import eagle
 from draftsmith.errors import DraftsmithError
+from draftsmith.target import Target
 
 
 def frozen(target):
@@ -107,7 +108,8 @@ def test_loss_decreases_when_overfitting(tiny_llama, variant):
         loss.backward()
         optimizer.step()
         history.append(metrics)
-    assert drafter.embed_tokens.weight.grad is None  # the target's embedding stays frozen
+    assert target.model.get_input_embeddings().weight.grad is None  # the target's embedding stays frozen
+    assert not any("embed" in name for name in drafter.state_dict())  # and is never part of the drafter
     assert history[-1]["loss"] < 0.5 * history[0]["loss"]
     assert {"acc_0", "acc_1", "acc_2", "loss_2"} <= set(history[-1])
     assert history[-1]["acc_0"] > history[0]["acc_0"] + 0.3
@@ -134,9 +136,10 @@ def test_save_and_load_round_trip(tiny_llama, tmp_path):
     with torch.no_grad():
         drafter.fc.weight.normal_()  # differ from any fresh initialisation
     drafter.save_pretrained(tmp_path / "d")
-    loaded = kind_module("eagle").Drafter.from_pretrained(tmp_path / "d").eval()
+    loaded = kind_module("eagle").Drafter.from_pretrained(tmp_path / "d", target).eval()
     assert loaded.config == drafter.config and loaded.config.ttt_steps == 3
-    assert loaded.target_info == {"target_name": "tiny-llama", "target_architectures": ["LlamaForCausalLM"]}
+    assert loaded.target_info == {"target_name": "tiny-llama", "target_architectures": ["LlamaForCausalLM"],
+                                  "target_fingerprint": target.fingerprint()}
     meta = json.loads((tmp_path / "d" / "config.json").read_text())
     assert meta["draftsmith_kind"] == "eagle" and meta["transformer_layer_config"]["draft_vocab_size"] == 64
     assert set(load_file(str(tmp_path / "d" / "model.safetensors"))) == set(drafter.state_dict())
@@ -244,3 +247,42 @@ def test_bad_inputs_are_clear_errors(tiny_llama):
         eagle.create(eagle.Config(layers=[1, 2]), target)
     with pytest.raises(DraftsmithError, match="last layer"):
         eagle.create(eagle.Config(variant="eagle1", layers=[3]), target)
+
+
+def test_training_targets_from_draft_rows_equal_the_full_head(tiny_llama):
+    """The loss computed from the draft rows of the head (plus a chunked full-vocabulary argmax) equals the
+    loss from full [positions, V] logits, for EAGLE-3 with a draft vocabulary and EAGLE-1."""
+    target = frozen(tiny_llama)
+    for drafter in (eagle.create(eagle.Config(ttt_steps=2), target, draft_vocab(target, 48)),
+                    eagle.create(eagle.Config(variant="eagle1"), target)):
+        drafter.eval()  # EAGLE-1 adds feature noise in training mode
+        batch = make_batch(target, drafter)
+        full_head = lambda last: target.head(last)  # noqa: E731  (a plain function: the full-logits path)
+        ours, ours_metrics = drafter.loss(batch, target.head)
+        reference, reference_metrics = drafter.loss(batch, full_head)
+        torch.testing.assert_close(ours, reference, rtol=1e-6, atol=1e-6)
+        assert ours_metrics == pytest.approx(reference_metrics, rel=1e-5, abs=1e-6)
+    last = batch["features"][7][0]
+    ids = torch.tensor([3, 17, 200, 5])
+    old_chunk = type(target.head).CHUNK
+    type(target.head).CHUNK = 7  # many chunks over the rest of the vocabulary
+    try:
+        logits, argmax = target.head.draft_targets(last, ids)
+    finally:
+        type(target.head).CHUNK = old_chunk
+    torch.testing.assert_close(logits, target.head(last)[..., ids])
+    assert torch.equal(argmax, target.head(last).argmax(-1))
+
+
+def test_a_drafter_refuses_a_target_with_another_tokenizer(tiny_llama, tmp_path):
+    from tiny import byte_tokenizer
+
+    target = frozen(tiny_llama)
+    eagle.create(eagle.Config(ttt_steps=1), target).save_pretrained(tmp_path / "d")
+    assert "embed_tokens.weight" not in load_file(str(tmp_path / "d" / "model.safetensors"))
+    other_tokenizer = byte_tokenizer()
+    other_tokenizer.add_tokens(["<extra>"])  # same sizes, other token ids
+    other = Target(target.model, other_tokenizer, name="tiny-other")
+    with pytest.raises(DraftsmithError, match="does not fit target 'tiny-other'.*tokenizer"):
+        eagle.load_proposer(tmp_path / "d", other)
+    eagle.load_proposer(tmp_path / "d", target)  # its own target loads

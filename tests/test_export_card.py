@@ -76,6 +76,8 @@ def test_card_finds_results_under_the_checkpoint(evaluated, tmp_path):
     card = (ex.export(copy, "sglang", tmp_path / "out") / "README.md").read_text()
     assert "## Measured results" in card and "No `draftsmith eval` results" not in card
     assert "sglang.launch_server" in card.split("```bash")[1]  # SGLang's command first for an SGLang folder
+    tags = yaml.safe_load(card.split("---")[1])["tags"]
+    assert tags.count("sglang") == 1 and len(tags) == len(set(tags))
 
 
 def test_card_without_results_invents_nothing(tmp_path):

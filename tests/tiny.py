@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from draftsmith.target import Target
@@ -36,6 +36,24 @@ def byte_tokenizer(chat_template: str | None = CHATML) -> PreTrainedTokenizerFas
     return tokenizer
 
 
+BOS = "<|startoftext|>"
+
+
+def base_tokenizer() -> PreTrainedTokenizerFast:
+    """A base model's tokenizer: the 256 bytes, no chat template, and a BOS (id 259) that it adds in front
+    of every text, as Llama/Gemma-style tokenizers do; EOS is <|endoftext|> (256)."""
+    byte_to_unicode = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(byte_to_unicode))}
+    vocab.update({"<|endoftext|>": 256, BOS: 259})
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    core.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B",
+                                                        special_tokens=[(BOS, 259)])
+    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>")
+
+
 def tiny_config(arch: str = "llama", vocab_size: int = 320, hidden_size: int = 64, num_layers: int = 8, **extra):
     """A small config of a real architecture (llama, qwen3, mistral, qwen2)."""
     from transformers import AutoConfig
@@ -62,3 +80,10 @@ def tiny_model(arch: str = "llama", seed: int = 0, **kwargs) -> torch.nn.Module:
 def tiny_target(arch: str = "llama", seed: int = 0, **kwargs) -> Target:
     """A Target around a tiny random model with the byte tokenizer and a ChatML template."""
     return Target(tiny_model(arch, seed=seed, **kwargs), byte_tokenizer(), name=f"tiny-{arch}")
+
+
+def save_target(target: Target, folder) -> str:
+    """Write a tiny target as a model folder (what users point draftsmith at); returns its path."""
+    target.model.save_pretrained(folder)
+    target.tokenizer.save_pretrained(folder)
+    return str(folder)

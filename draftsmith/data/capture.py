@@ -240,11 +240,14 @@ def read_manifest(directory: Path) -> dict:
 
 def check_compatible(manifest: dict, fingerprint: dict | None, layers: list[int] | None, where) -> None:
     """Raise when captured features come from another target or lack required layers."""
-    if fingerprint is not None and manifest["target"] != fingerprint:
+    from draftsmith.target import fingerprint_mismatch
+
+    why = None if fingerprint is None else fingerprint_mismatch(manifest.get("target"), fingerprint)
+    if why:
         raise DraftsmithError(
-            f"Features in '{where}' were captured from target {manifest['target']['name']} (config "
-            f"{manifest['target']['config_sha256'][:12]}), not from {fingerprint['name']} (config "
-            f"{fingerprint['config_sha256'][:12]}). Capture again with this target or use online capture."
+            f"Features in '{where}' cannot train a drafter for this target: {why}. Capture again with this "
+            "target into another folder (`draftsmith capture --target ... --out DIR`; recipes: data.features), "
+            "or use online capture (data.online=true)."
         )
     if layers is not None:
         missing = sorted(set(layers) - set(manifest["layers"]))

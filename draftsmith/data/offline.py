@@ -81,7 +81,7 @@ def write_capture(config: CaptureConfig, target=None) -> dict | None:
 
         target = load_target(config.target, dtype=config.target_dtype,
                              device=str(ranks.device) if ranks.device else "cpu")
-    splits = load_prepared(config.data)
+    splits = load_prepared(config.data, target)
     if config.split not in splits:
         raise DraftsmithError(f"Prepared data '{config.data}' has no split '{config.split}' (has {list(splits)}).")
     split = splits[config.split]

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from draftsmith.data.sources import read_rows
-from draftsmith.data.templates import RowError, normalize_row, tokenize_conversation
+from draftsmith.data.templates import RowError, is_completion, normalize_row, resolve_chat_template, tokenize_record
 from draftsmith.errors import DraftsmithError
 from draftsmith.files import replace_folder, write_atomically
 
@@ -60,6 +60,9 @@ class PrepareConfig:
     """dtype the target runs in for regeneration (bf16 is about 2x faster on CPU)"""
     draft_vocab_size: int = 0
     """also build a draft vocabulary of this many tokens (0 = later, from token_counts.safetensors)"""
+    chat_template: str | None = None
+    """chat template for conversation rows, as a Jinja string or a file holding one (null = the target's own;
+    needed for a base model without one, unless the rows are plain text: {"text"} or {"prompt", "completion"})"""
 
     def validate(self) -> None:
         if not 0.0 <= self.eval_fraction < 1.0:
@@ -85,7 +88,8 @@ class _Rejections:
 
 
 def read_conversations(inputs: list[str], rejections: _Rejections, max_rows: int = 0):
-    """All rows of all inputs, normalised; returns (rows_read, [(source, line, messages)])."""
+    """All rows of all inputs, normalised; returns (rows_read, [(source, line, record)]), where a record is
+    a conversation (list of messages) or a completion ({"prompt", "completion"})."""
     rows_read, kept = 0, []
     for spec in inputs:
         for source, line, row in read_rows(spec):
@@ -110,39 +114,46 @@ def prepare(config: PrepareConfig, target=None) -> dict:
         from draftsmith.target import load_target
 
         target = load_target(config.target, dtype=config.dtype)
-    target.require_chat_template()
+    chat_template = resolve_chat_template(config.chat_template, "prepare.chat_template (--chat-template)")
     out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
     rejections = _Rejections(config.strict)
     rows_read, rows = read_conversations(config.input, rejections, config.max_rows)
     if not rows:
         raise DraftsmithError(f"No usable rows in {', '.join(config.input)}: all {rows_read} were rejected "
                               f"(first reason: {rejections.items[0]['reason'] if rejections.items else 'none'}).")
+    if any(not is_completion(record) for _, _, record in rows):
+        target.require_chat_template(chat_template)
+    out.mkdir(parents=True, exist_ok=True)
     originals = None
     if config.regenerate:
         from draftsmith.data.regenerate import regenerate_conversations
 
-        originals = [messages for _, _, messages in rows]
+        rows = _drop_unprompted(rows, rejections)
+        originals = [record for _, _, record in rows]
         regenerated = regenerate_conversations(
             target, [(f"{s}:{l}", m) for s, l, m in rows], out / "regenerated.jsonl",
             temperature=config.temperature, max_new_tokens=config.max_new_tokens,
             batch_size=config.batch_size, seed=config.seed, last_turn_only=config.last_turn_only,
+            chat_template=chat_template,
         )
         rows = [(s, l, m) for (s, l, _), m in zip(rows, regenerated)]
 
-    columns, truncated = tokenize_rows(rows, originals, target.tokenizer, config, rejections)
+    columns, truncated = tokenize_rows(rows, originals, target.tokenizer, config, rejections, chat_template)
     if not columns["input_ids"]:
         raise DraftsmithError("Every row was rejected; see the reasons with --strict or in the report.")
 
     train_idx, eval_idx = split_indices(len(columns["input_ids"]), config.eval_fraction, config.seed)
     table = datasets.Dataset.from_dict(columns)
     dataset = datasets.DatasetDict({"train": table.select(train_idx), "eval": table.select(eval_idx)})
-    _save_dataset(dataset, out / "dataset")
-
     counts = count_trainable_tokens(dataset["train"], target.vocab_size)  # t2d is bool[V] of the target
-    save_token_counts(out, counts)
+    vocab = None
+    if config.draft_vocab_size:  # refused sizes stop here, before anything of the old data is touched
+        from draftsmith.data.vocab import build_draft_vocab
+
+        vocab = build_draft_vocab(counts, config.draft_vocab_size, key="prepare.draft_vocab_size (--draft-vocab-size)")
     report = {
         "target": target.fingerprint(),
+        "chat_template_sha256": None if all(is_completion(r) for _, _, r in rows) else template_sha256(target, chat_template),
         "inputs": list(config.input),
         "rows_read": rows_read,
         "rows_kept": len(columns["input_ids"]),
@@ -156,22 +167,76 @@ def prepare(config: PrepareConfig, target=None) -> dict:
         "max_length": config.max_length,
         "last_turn_only": config.last_turn_only,
         "draft_vocab_size": config.draft_vocab_size or None,
-        "draft_vocab_coverage": None,
+        "draft_vocab_coverage": vocab.coverage if vocab is not None else None,
         "rejected": rejections.items,
     }
-    try:
-        if config.draft_vocab_size:
-            from draftsmith.data.vocab import build_draft_vocab, save_draft_vocab
-
-            vocab = build_draft_vocab(counts, config.draft_vocab_size)
-            save_draft_vocab(out, vocab)
-            report["draft_vocab_coverage"] = vocab.coverage
-    finally:  # the report is written even when the vocabulary size is refused
-        write_atomically(out / REPORT, json.dumps(report, indent=2, ensure_ascii=False))
+    _publish(out, dataset, counts, vocab, report, target.fingerprint())
     return report
 
 
-def tokenize_rows(rows, originals, tokenizer, config: PrepareConfig, rejections: _Rejections):
+def _publish(out: Path, dataset, counts: torch.Tensor, vocab, report: dict, fingerprint: dict) -> None:
+    """Write the prepared folder so that it looks finished only when it is: the completion mark (the
+    report) goes first and comes back last, each file is written atomically, so a crash in between
+    leaves a folder that the next run prepares again, never a mix of old and new that looks complete."""
+    (out / REPORT).unlink(missing_ok=True)
+    _save_dataset(dataset, out / "dataset")
+    save_token_counts(out, counts)
+    if vocab is not None:
+        from draftsmith.data.vocab import save_draft_vocab
+
+        save_draft_vocab(out, vocab, target=fingerprint)
+    else:  # a vocabulary left from an earlier prepare of this folder no longer matches the data
+        from draftsmith.data.vocab import VOCAB_FILE
+
+        (out / VOCAB_FILE).unlink(missing_ok=True)
+    write_atomically(out / REPORT, json.dumps(report, indent=2, ensure_ascii=False))
+
+
+def _drop_unprompted(rows, rejections: _Rejections):
+    """Regeneration needs something to answer: plain {"text"} rows have no prompt, so they are rejected."""
+    kept = []
+    for source, line, record in rows:
+        if is_completion(record) and not record["prompt"].strip():
+            rejections.add(source, line, "a {\"text\"} row has no prompt to regenerate an answer for; use "
+                           "{\"prompt\", \"completion\"} rows or drop --regenerate")
+        else:
+            kept.append((source, line, record))
+    if not kept:
+        raise DraftsmithError("--regenerate (prepare.regenerate) has no row with a prompt to answer: every row is "
+                              "plain {\"text\"}. Use {\"prompt\", \"completion\"} rows or conversations.")
+    return kept
+
+
+def template_sha256(target, chat_template: str | None) -> str:
+    """Hash of the chat template conversations are rendered with: `chat_template` or else the target's own."""
+    import hashlib
+
+    template = chat_template or target.tokenizer.chat_template
+    return hashlib.sha256(str(template).encode()).hexdigest()
+
+
+def check_prepared_target(data_dir: str | Path, target) -> dict:
+    """The prepare report of `data_dir`, after checking that its tokens fit `target` (same tokenizer; for
+    regenerated data also the same model, whose answers they are). Raises naming both targets."""
+    from draftsmith.target import fingerprint_mismatch
+
+    path = Path(data_dir) / REPORT
+    if not path.is_file():
+        raise DraftsmithError(f"'{data_dir}' has no {REPORT}, so it is not a finished `draftsmith prepare` folder "
+                              "(a prepare that stopped part-way leaves none). Run prepare again.")
+    report = json.loads(path.read_text())
+    why = fingerprint_mismatch(report.get("target"), target.fingerprint(),
+                               model=bool(report.get("regenerated")))
+    if why:
+        raise DraftsmithError(
+            f"The prepared data in '{data_dir}' cannot be used with target '{target.name}': {why}. Prepare it "
+            f"again for this target into another folder (recipes: data.prepared, e.g. runs/{{target}}/data), or "
+            "delete that folder.")
+    return report
+
+
+def tokenize_rows(rows, originals, tokenizer, config: PrepareConfig, rejections: _Rejections,
+                  chat_template: str | None = None):
     """Columns of the prepared table (rows that fail are reported, not dropped silently); truncated count."""
     from tqdm.auto import tqdm
 
@@ -181,7 +246,7 @@ def tokenize_rows(rows, originals, tokenizer, config: PrepareConfig, rejections:
     truncated = 0
     for index, (source, line, messages) in enumerate(tqdm(rows, desc="tokenize", unit="conv", mininterval=1.0)):
         try:
-            tokens = tokenize_conversation(tokenizer, messages, config.max_length, config.last_turn_only)
+            tokens = tokenize_record(tokenizer, messages, config.max_length, config.last_turn_only, chat_template)
         except RowError as err:
             rejections.add(source, line, str(err))
             continue
@@ -233,14 +298,18 @@ def load_token_counts(data_dir: str | Path) -> torch.Tensor:
     return load_file(str(path))["counts"]
 
 
-def load_prepared(data_dir: str | Path):
-    """The prepared data: a `datasets.DatasetDict` with "train"/"eval" and input_ids, loss_mask, length."""
+def load_prepared(data_dir: str | Path, target=None):
+    """The prepared data: a `datasets.DatasetDict` with "train"/"eval" and input_ids, loss_mask, length.
+
+    With `target`, first checks that the data was prepared for it (`check_prepared_target`)."""
     import datasets
 
     path = Path(data_dir) / "dataset"
     if not (path / "dataset_dict.json").is_file():
         raise DraftsmithError(f"'{data_dir}' is not a prepared data folder (no dataset/ inside). "
                               "Create it with `draftsmith prepare --out DIR`.")
+    if target is not None:
+        check_prepared_target(data_dir, target)
     return datasets.load_from_disk(str(path))
 
 

@@ -49,8 +49,9 @@ def regenerate_conversations(
     batch_size: int = 16,
     seed: int = 0,
     last_turn_only: bool = False,
-) -> list[list[dict]]:
-    """Rewrite assistant turns of `rows` [(key, messages)] with the target; returns messages per row."""
+    chat_template: str | None = None,
+) -> list:
+    """Rewrite assistant turns (or completions) of `rows` [(key, record)] with the target; returns records."""
     from tqdm.auto import tqdm
 
     keys = [key for key, _ in rows]
@@ -59,13 +60,14 @@ def regenerate_conversations(
     done = read_cache(cache_path)
     pending = [(key, messages) for key, messages in rows if key not in done]
     # Similar prompt lengths together: less padding per batch.
-    pending.sort(key=lambda row: len(row[1][0]["content"]) + len(row[1][-1]["content"]))
+    pending.sort(key=lambda row: _size(row[1]))
     bar = tqdm(total=len(rows), initial=len(rows) - len(pending), desc="regenerate", unit="conv")
     with open(cache_path, "a", encoding="utf-8") as cache:
         for start in range(0, len(pending), batch_size):
             batch = pending[start:start + batch_size]
             torch.manual_seed(seed + start)
-            new = regenerate_batch(target, [m for _, m in batch], temperature, max_new_tokens, last_turn_only)
+            new = regenerate_batch(target, [m for _, m in batch], temperature, max_new_tokens, last_turn_only,
+                                   chat_template)
             for (key, _), messages in zip(batch, new):
                 cache.write(json.dumps({"key": key, "messages": messages}, ensure_ascii=False) + "\n")
                 done[key] = messages
@@ -76,41 +78,54 @@ def regenerate_conversations(
     return [done[key] for key in keys]
 
 
-def regenerate_batch(target, conversations, temperature, max_new_tokens, last_turn_only=False):
-    """One batch: assistant turn k of every conversation generated together, k = 0, 1, ..."""
-    conversations = [[dict(m) for m in messages] for messages in conversations]
+def _size(record) -> int:
+    if isinstance(record, dict):  # a completion
+        return len(record["prompt"]) + len(record["completion"])
+    return len(record[0]["content"]) + len(record[-1]["content"])
+
+
+def regenerate_batch(target, records, temperature, max_new_tokens, last_turn_only=False, chat_template=None):
+    """One batch: completions answered from their prompts, and assistant turn k of every conversation
+    generated together, k = 0, 1, ..."""
+    records = [dict(r) if isinstance(r, dict) else [dict(m) for m in r] for r in records]
+    completions = [r for r in records if isinstance(r, dict)]
+    if completions:
+        texts = generate(target, [r["prompt"] for r in completions], temperature, max_new_tokens, strip=False)
+        for record, text in zip(completions, texts):
+            if text.strip():  # an empty answer keeps the original completion
+                record["completion"] = text
+    conversations = [r for r in records if not isinstance(r, dict)]
     turns = [[i for i, m in enumerate(c) if m["role"] == "assistant"] for c in conversations]
     if last_turn_only:
         turns = [t[-1:] for t in turns]
-    for k in range(max(len(t) for t in turns)):
+    for k in range(max((len(t) for t in turns), default=0)):
         todo = [(c, t[k]) for c, t in zip(conversations, turns) if k < len(t)]
         prompts = [c[:turn] for c, turn in todo]
-        for (conversation, turn), text in zip(todo, generate(target, prompts, temperature, max_new_tokens)):
+        for (conversation, turn), text in zip(todo, generate(target, prompts, temperature, max_new_tokens,
+                                                             chat_template)):
             if text.strip():  # an empty answer keeps the original turn
                 conversation[turn]["content"] = text
-    return conversations
+    return records
 
 
 @torch.no_grad()
-def generate(target, prompts: list[list[dict]], temperature: float, max_new_tokens: int) -> list[str]:
-    """Responses of the target to chat prompts, batched with left padding."""
+def generate(target, prompts: list, temperature: float, max_new_tokens: int, chat_template: str | None = None,
+             strip: bool = True) -> list[str]:
+    """Responses of the target to chat prompts (message lists) or raw text prompts, batched with left padding.
+    Prompts are tokenized as the target's own generation sees them (`encode_prompt`)."""
+    from draftsmith.data.templates import encode_prompt
+
     tokenizer = target.tokenizer
-    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        encoded = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
-    finally:
-        tokenizer.padding_side = side
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    encoded = [encode_prompt(tokenizer, prompt, chat_template) for prompt in prompts]
+    width = max(map(len, encoded))
+    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded])
+    attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded])
     sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
         else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
     output = target.model.generate(
-        input_ids=encoded["input_ids"].to(target.device),
-        attention_mask=encoded["attention_mask"].to(target.device),
-        max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, **sampling,
+        input_ids=input_ids.to(target.device), attention_mask=attention_mask.to(target.device),
+        max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **sampling,
     )
-    new_tokens = output[:, encoded["input_ids"].shape[1]:]
-    return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in new_tokens]
+    texts = [tokenizer.decode(row, skip_special_tokens=True) for row in output[:, width:]]
+    return [text.strip() for text in texts] if strip else texts

@@ -34,16 +34,17 @@ class DraftVocab:
         return torch.arange(len(self.d2t)) + self.d2t
 
 
-def build_draft_vocab(token_counts: torch.Tensor, size: int) -> DraftVocab:
-    """Top-`size` tokens by count (ties broken by lower id), sorted by target id."""
+def build_draft_vocab(token_counts: torch.Tensor, size: int, key: str = "the draft vocabulary size") -> DraftVocab:
+    """Top-`size` tokens by count (ties broken by lower id), sorted by target id. `key` names the option
+    that set `size` in errors (e.g. the recipe key)."""
     token_counts = token_counts.long()
     distinct = int((token_counts > 0).sum())
     if size < 1:
-        raise DraftsmithError(f"The draft vocabulary size must be positive, got {size}.")
+        raise DraftsmithError(f"{key} must be positive, got {size}.")
     if size > distinct:
         raise DraftsmithError(
             f"A draft vocabulary of {size} tokens is larger than the {distinct} distinct trainable tokens "
-            f"in the data. Use a draft vocabulary size of at most {distinct} (or more data)."
+            f"in the data. Set {key} to at most {distinct}, or 0 for none (or use more data)."
         )
     # stable sort on descending counts keeps lower ids first among equal counts
     order = torch.sort(-token_counts, stable=True).indices[:size]
@@ -55,26 +56,50 @@ def build_draft_vocab(token_counts: torch.Tensor, size: int) -> DraftVocab:
     return DraftVocab(d2t=used - torch.arange(size), t2d=t2d, coverage=coverage)
 
 
-def save_draft_vocab(directory: str | Path, vocab: DraftVocab) -> Path:
-    """Write `draft_vocab.safetensors` (d2t, t2d) with size and coverage in its metadata."""
+def save_draft_vocab(directory: str | Path, vocab: DraftVocab, target: dict | None = None) -> Path:
+    """Write `draft_vocab.safetensors` (d2t, t2d) atomically, with size, coverage and the fingerprint of
+    the `target` whose token ids it holds in its metadata."""
+    import os
+
     from safetensors.torch import save_file
 
     path = Path(directory) / VOCAB_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file({"d2t": vocab.d2t.contiguous(), "t2d": vocab.t2d.contiguous()}, str(path),
-              metadata={"size": str(vocab.size), "coverage": json.dumps(vocab.coverage)})
+    metadata = {"size": str(vocab.size), "coverage": json.dumps(vocab.coverage)}
+    if target is not None:
+        metadata["target"] = json.dumps(target)
+    staging = path.with_name(path.name + ".tmp")
+    save_file({"d2t": vocab.d2t.contiguous(), "t2d": vocab.t2d.contiguous()}, str(staging), metadata=metadata)
+    os.replace(staging, path)
     return path
 
 
-def load_draft_vocab(directory: str | Path) -> DraftVocab:
-    """Read a draft vocabulary written by `save_draft_vocab` (a folder or the file itself)."""
+def load_draft_vocab(directory: str | Path, target=None) -> DraftVocab:
+    """Read a draft vocabulary written by `save_draft_vocab` (a folder or the file itself); with `target`,
+    refuse one built from another tokenizer's token ids."""
     from safetensors import safe_open
 
     path = Path(directory)
     path = path if path.suffix == ".safetensors" else path / VOCAB_FILE
     if not path.is_file():
-        raise DraftsmithError(f"No draft vocabulary at '{path}'. Build one with `draftsmith prepare --draft-vocab-size N`.")
+        raise DraftsmithError(f"No draft vocabulary at '{path}'. Build one with `draftsmith prepare --draft-vocab-size N` "
+                              "(recipes: prepare.draft_vocab_size), or set data.draft_vocab to null for a full head.")
     with safe_open(str(path), framework="pt") as handle:
         metadata = handle.metadata() or {}
         d2t, t2d = handle.get_tensor("d2t"), handle.get_tensor("t2d")
+    if target is not None:
+        _check_target(path, metadata, d2t, t2d, target)
     return DraftVocab(d2t=d2t, t2d=t2d, coverage=float(json.loads(metadata.get("coverage", "0"))))
+
+
+def _check_target(path: Path, metadata: dict, d2t: torch.Tensor, t2d: torch.Tensor, target) -> None:
+    from draftsmith.target import fingerprint_mismatch
+
+    recorded = json.loads(metadata["target"]) if "target" in metadata else None
+    why = fingerprint_mismatch(recorded, target.fingerprint(), model=False) if recorded else None
+    if why is None and t2d.numel() != target.vocab_size:
+        why = f"it covers a vocabulary of {t2d.numel()} tokens, target '{target.name}' has {target.vocab_size}"
+    if why:
+        raise DraftsmithError(f"The draft vocabulary '{path}' does not fit target '{target.name}': {why}. Prepare the "
+                              "data again for this target (recipes: data.prepared and data.draft_vocab, e.g. "
+                              "runs/{target}/data), or set data.draft_vocab to null for a full head.")

@@ -8,7 +8,8 @@ Indexing: index t reads feature f_t and token x_{t+1} at position t and predicts
 j at index t runs at position t + j, reads x_{t+1+j}, and learns the target's distribution at
 t+1+j. `loss_mask[s] = 1` marks tokens to learn: a prediction counts when the token it predicts is.
 Weights use the speculators / vLLM EAGLE-3 names (`fc`, `layers.0.*`, `norm`, `lm_head`, `d2t`,
-`t2d`) plus the target's frozen `embed_tokens`, saved so that a drafter folder is self-contained.
+`t2d`). The frozen target parts (embedding, final norm, lm_head) are never stored: a drafter is
+attached to its target (`attach`), checked by fingerprint, and reads them from there, as engines do.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.verify import target_probs
+
+
+TARGET_INFO = ("target_name", "target_architectures", "target_fingerprint")
+"""what a drafter folder records about its target (config.json top level)"""
 
 
 @dataclass
@@ -113,10 +118,11 @@ class Drafter(nn.Module):
         if config.ttt_steps is None:
             config = dataclasses.replace(config, ttt_steps=7 if self.eagle3 else 1)
         self.config, self.layer_config = config, layer_config
-        self.target_info: dict = {}  # target_name, target_architectures: what exporters name as the verifier
+        # target_name, target_architectures (what exporters name as the verifier), target_fingerprint
+        self.target_info: dict = {}
+        self.target = None  # the frozen target whose embedding this drafter reads (`attach`); not a submodule
         H, V, N = layer_config.hidden_size, layer_config.vocab_size, layer_config.draft_vocab_size
         self.last_layer = layer_config.target_num_layers - 1
-        self.embed_tokens = nn.Embedding(V, H).requires_grad_(False)  # the target's, frozen
         fc_in = 3 * H if self.eagle3 else 2 * H
         self.fc = nn.Linear(fc_in, H, bias=not self.eagle3)
         self.layers = nn.ModuleList([DraftLayer(layer_config, config)])
@@ -132,6 +138,32 @@ class Drafter(nn.Module):
         """What capture must record: the input layers plus the last layer (the training target)."""
         return list(dict.fromkeys([*self.config.layers, self.last_layer]))
 
+    def attach(self, target) -> Drafter:
+        """Read the frozen embedding from `target` from now on, after checking that it is the target this
+        drafter was made for: same sizes, and the same tokenizer where the drafter records one."""
+        from draftsmith.target import fingerprint_mismatch
+
+        lc = self.layer_config
+        sizes = (target.hidden_size, target.vocab_size, target.num_layers)
+        if (lc.target_hidden_size, lc.vocab_size, lc.target_num_layers) != sizes:
+            raise DraftsmithError(
+                f"This drafter was trained for a target with hidden size {lc.target_hidden_size}, vocabulary "
+                f"{lc.vocab_size}, {lc.target_num_layers} layers; '{target.name}' has {target.hidden_size}, "
+                f"{target.vocab_size}, {target.num_layers}.")
+        recorded = self.target_info.get("target_fingerprint")
+        why = recorded and fingerprint_mismatch(recorded, target.fingerprint(), model=False)
+        if why:
+            raise DraftsmithError(f"This drafter does not fit target '{target.name}': {why}. Its token ids would "
+                                  "mean other tokens; use the target it was trained for.")
+        self.target = target
+        return self
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        """The target's (frozen) embedding of `ids`."""
+        if self.target is None:
+            raise DraftsmithError("This drafter is not attached to a target: call drafter.attach(target) first.")
+        return self.target.embed(ids.to(self.target.device))
+
     @property
     def draft_ids(self) -> torch.Tensor:
         """Target id of every draft-vocabulary entry (i + d2t[i])."""
@@ -145,7 +177,7 @@ class Drafter(nn.Module):
 
     def project(self, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor):
         """Layer inputs for tokens `ids` [B, n] and hidden [B, n, H] at `positions` [B, n]: (q, k, v, residual)."""
-        embeds = self.embed_tokens(ids).to(hidden.dtype)
+        embeds = self.embed_tokens(ids).to(hidden.device, hidden.dtype)
         if not self.eagle3:
             hidden = self.fc(torch.cat([embeds, hidden], dim=-1))
         return self.layers[0].project(embeds, hidden, *self.rotary_emb(hidden, positions))
@@ -194,14 +226,10 @@ class Drafter(nn.Module):
         features = {int(layer): value for layer, value in batch["features"].items()}
         outputs = self.ttt_forward(batch["input_ids"], features, batch.get("attention_mask"))
         last = features[self.last_layer]
-        with torch.no_grad():
-            target_logits = target_head(last).float()
-            target_ids = target_logits.argmax(-1)
-            # The target distribution restricted to the draft vocabulary (all of it for EAGLE-1), renormalised.
-            target_p = torch.softmax(target_logits[..., self.draft_ids], dim=-1)
-            in_vocab = self.t2d[target_ids]
-        loss_mask, length = batch["loss_mask"].bool(), target_ids.shape[1]
-        total, metrics = target_logits.new_zeros(()), {}
+        loss_mask, length = batch["loss_mask"].bool(), last.shape[1]
+        target_ids, target_p = self._training_targets(last, loss_mask, target_head)
+        in_vocab = self.t2d[target_ids]
+        total, metrics = target_p.new_zeros(()), {}
         for j, hidden in enumerate(outputs):
             n = length - 2 - j  # indices t whose predicted token x_{t+2+j} is inside the sequence
             if n <= 0:
@@ -220,6 +248,24 @@ class Drafter(nn.Module):
             metrics[f"acc_{j}"] = float(_masked_mean((guess == target_ids[:, seen]).float(), counted))
         metrics["loss"] = float(total.detach())
         return total, metrics
+
+    @torch.no_grad()
+    def _training_targets(self, last, loss_mask, target_head) -> tuple[torch.Tensor, torch.Tensor]:
+        """The target's argmax [B, S] and its distribution restricted to the draft vocabulary (all of it for
+        EAGLE-1) and renormalised [B, S, N], at the positions whose next token is learned (zero elsewhere)."""
+        needed = torch.zeros_like(loss_mask)
+        needed[:, :-1] = loss_mask[:, 1:]
+        rows = needed.nonzero(as_tuple=True)
+        if hasattr(target_head, "draft_targets"):  # only the draft rows' logits, never [positions, V]
+            logits, argmax = target_head.draft_targets(last[rows], self.draft_ids)
+        else:  # a plain function giving full logits
+            full = target_head(last[rows])
+            logits, argmax = full[..., self.draft_ids], full.argmax(-1)
+        target_ids = torch.zeros(last.shape[:2], dtype=torch.long, device=last.device)
+        target_ids[rows] = argmax
+        target_p = torch.zeros(*last.shape[:2], self.draft_ids.numel(), device=last.device)
+        target_p[rows] = torch.softmax(logits.float(), dim=-1)
+        return target_ids, target_p
 
     def loss(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
         """The training loss and metrics (calls `forward`, so wrappers such as DDP see the call)."""
@@ -254,8 +300,8 @@ class Drafter(nn.Module):
                   str(folder / "model.safetensors"), metadata={"format": "pt"})
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path) -> Drafter:
-        """Load a folder written by `save_pretrained`."""
+    def from_pretrained(cls, folder: str | Path, target=None) -> Drafter:
+        """Load a folder written by `save_pretrained`, attached to `target` when given."""
         folder = Path(folder)
         if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
             raise DraftsmithError(f"'{folder}' is not a drafter folder: it needs config.json and model.safetensors.")
@@ -263,9 +309,11 @@ class Drafter(nn.Module):
         if meta.get("draftsmith_kind") != "eagle":
             raise DraftsmithError(f"'{folder}' holds a '{meta.get('draftsmith_kind')}' drafter, not an eagle one.")
         drafter = cls(build(Config, meta["config"]), LlamaConfig.from_dict(meta["transformer_layer_config"]))
-        drafter.load_state_dict(load_file(str(folder / "model.safetensors")))
-        drafter.target_info = {k: meta[k] for k in ("target_name", "target_architectures") if k in meta}
-        return drafter
+        tensors = load_file(str(folder / "model.safetensors"))
+        tensors.pop("embed_tokens.weight", None)  # folders written before draftsmith stopped storing it
+        drafter.load_state_dict(tensors)
+        drafter.target_info = {k: meta[k] for k in TARGET_INFO if k in meta}
+        return drafter if target is None else drafter.attach(target)
 
     def proposer(self, target, generator: torch.Generator | None = None) -> EagleProposer:
         """The decode-time view of this drafter for `target`."""
@@ -306,11 +354,12 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
     d2t, t2d = _draft_vocab(draft_vocab if eagle3 else None, target.vocab_size)
     drafter = Drafter(config, _layer_config(target, config, d2t.numel())).to(target.device)
     architectures = getattr(target.config, "architectures", None) or [type(target.model).__name__]
-    drafter.target_info = {"target_name": target.name, "target_architectures": list(architectures)}
+    drafter.target_info = {"target_name": target.name, "target_architectures": list(architectures),
+                           "target_fingerprint": target.fingerprint()}
+    drafter.attach(target)
     with torch.no_grad():
         drafter.d2t.copy_(d2t)
         drafter.t2d.copy_(t2d)
-        drafter.embed_tokens.weight.copy_(target.model.get_input_embeddings().weight)
         if eagle3 and config.init_head_from_target:
             # final_norm(ones) is the norm's per-channel scale, so norm(h) @ W.T matches the target's head.
             scale = target.final_norm(torch.ones(1, target.hidden_size, device=target.device, dtype=target.dtype))
@@ -345,19 +394,18 @@ def _layer_config(target, config: Config, draft_vocab_size: int) -> LlamaConfig:
         hidden_act=get("hidden_act", "silu"), rope_parameters=dict(rope),
         max_position_embeddings=tc.max_position_embeddings, vocab_size=target.vocab_size, tie_word_embeddings=False,
         draft_vocab_size=draft_vocab_size, target_num_layers=target.num_layers, target_hidden_size=target.hidden_size,
+        # the target's special ids, so that exported layer configs do not carry Llama's defaults
+        bos_token_id=getattr(tc, "bos_token_id", None), eos_token_id=getattr(tc, "eos_token_id", None),
+        pad_token_id=getattr(tc, "pad_token_id", None),
     )
 
 
 def load_proposer(folder: str | Path, target) -> EagleProposer:
     """A saved drafter folder as a Proposer for `target` (checked to have matching sizes)."""
-    drafter = Drafter.from_pretrained(folder)
-    lc = drafter.layer_config
-    sizes = (target.hidden_size, target.vocab_size, target.num_layers)
-    if (lc.target_hidden_size, lc.vocab_size, lc.target_num_layers) != sizes:
-        raise DraftsmithError(
-            f"The drafter in '{folder}' was trained for a target with hidden size {lc.target_hidden_size}, vocabulary "
-            f"{lc.vocab_size}, {lc.target_num_layers} layers; '{target.name}' has {target.hidden_size}, "
-            f"{target.vocab_size}, {target.num_layers}.")
+    try:
+        drafter = Drafter.from_pretrained(folder, target)
+    except DraftsmithError as err:
+        raise DraftsmithError(f"The drafter in '{folder}': {err}") from None
     return drafter.to(target.device, target.dtype).proposer(target)  # bf16 targets draft in bf16 too
 
 

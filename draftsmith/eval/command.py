@@ -58,6 +58,9 @@ class EvalConfig:
     """also time transformers generate() on every prompt (for speedup_vs_transformers)"""
     threads: int = 0
     """torch CPU threads (0 = leave torch's default)"""
+    chat_template: str | None = None
+    """chat template for the prompts, a Jinja string or a file holding one (null = the target's own; a base model
+    without one gets the raw prompt with its tokenizer's BOS); use the one the drafter was trained with"""
 
     def validate(self) -> None:
         """Range checks that argparse cannot do."""
@@ -121,7 +124,10 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
         torch.set_num_threads(config.threads)
     if target is None:
         target = load_target(config.target, dtype=config.dtype)
-    prompts = load_prompts(config.prompts, target, config.num_prompts)
+    from draftsmith.data.templates import resolve_chat_template
+
+    chat_template = resolve_chat_template(config.chat_template)
+    prompts = load_prompts(config.prompts, target, config.num_prompts, chat_template)
     rows = small_batch.tune_and_install(target.model)["rows"] if config.small_batch_linear else []
     drafting: list = []
     try:

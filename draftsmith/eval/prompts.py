@@ -3,7 +3,8 @@
 A jsonl row holds `messages` (OpenAI style: [{"role": ..., "content": ...}]) or `prompt` (a
 string, sent as one user turn). Trailing assistant turns (reference answers) are dropped so the
 target writes the reply itself. The target's chat template is applied with the generation
-prompt. Errors name the file and the line.
+prompt; a base model without a template gets the raw prompt with its tokenizer's BOS. Errors name
+the file and the line.
 """
 
 from __future__ import annotations
@@ -78,21 +79,26 @@ def _parse_row(line: str, where: str) -> list[dict]:
     return messages
 
 
-def load_prompts(source: str | Path, target, num_prompts: int | None = None) -> list[Prompt]:
-    """The first `num_prompts` prompts of `source`, rendered with the target's chat template."""
+def load_prompts(source: str | Path, target, num_prompts: int | None = None,
+                 chat_template: str | None = None) -> list[Prompt]:
+    """The first `num_prompts` prompts of `source`, tokenized as the target's own generation sees them:
+    through `chat_template` or the target's own, or, for a base model without one, as raw text with the
+    tokenizer's special-token rules (its BOS)."""
+    from draftsmith.data.templates import encode_prompt
+
     conversations = read_conversations(source)[: num_prompts or None]
     tokenizer = target.tokenizer
     if tokenizer is None:
         raise DraftsmithError(f"Target '{target.name}' has no tokenizer, so prompts cannot be tokenized.")
+    templated = bool(chat_template) or target.has_chat_template
     prompts = []
     for name, messages in conversations:
-        if target.has_chat_template:
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if templated:
+            ids = encode_prompt(tokenizer, messages, chat_template)
         elif len(messages) == 1:
-            text = messages[0]["content"]  # a base model: the raw prompt
+            ids = encode_prompt(tokenizer, messages[0]["content"])  # a base model: the raw prompt
         else:
             target.require_chat_template()
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if not ids:
             raise DraftsmithError(f"{name}: the prompt is empty after tokenization.")
         prompts.append(Prompt(name, list(ids)))

@@ -31,7 +31,8 @@ class DataSection:
 
     prepared: str | None = None
     """folder written by `draftsmith prepare` (train/eval token splits); needed for online
-    training and for validation"""
+    training and for validation. In this and every other path, {target} stands for the target's short
+    name (e.g. runs/{target}/data), so that another target.name gets its own folders"""
     features: str | None = None
     """folder of feature shards written by `draftsmith capture` (offline training)"""
     online: bool = False
@@ -174,10 +175,26 @@ class TrainConfig:
     resume: bool = False
     """continue exactly from output_dir/latest instead of starting afresh"""
 
+    def __post_init__(self) -> None:
+        # `{target}` in a path stands for the target's short name, so that a recipe whose target.name is
+        # overridden writes and reads its own data and runs instead of another target's.
+        from draftsmith.target import target_slug
+
+        slug = target_slug(self.target.name)
+        for section, key in PATH_KEYS:
+            owner = getattr(self, section) if section else self
+            value = getattr(owner, key)
+            if isinstance(value, str) and "{target}" in value:
+                setattr(owner, key, value.replace("{target}", slug))
+
     def validate(self) -> None:
         drafter_config(self.drafter)  # fail early on unknown kinds or options
         if self.prepare is not None:
             prepare_config(self)
+
+
+PATH_KEYS = (("data", "prepared"), ("data", "features"), ("data", "draft_vocab"), (None, "output_dir"), ("report", "out"))
+"""(section, field) of the recipe paths in which `{target}` is replaced by the target's short name"""
 
 
 def prepare_config(config: "TrainConfig"):

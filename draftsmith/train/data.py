@@ -101,7 +101,7 @@ def build_training_data(config, target, layers: list[int], num_prompts: int) -> 
 
     data = config.data
     pad_id = getattr(target.tokenizer, "pad_token_id", None) or 0
-    prepared = load_prepared(data.prepared) if data.prepared else None
+    prepared = load_prepared(data.prepared, target) if data.prepared else None
     if data.online:
         train = TokenDataset(prepared["train"])
     else:

@@ -33,7 +33,7 @@ def ensure_prepared(config: TrainConfig, target=None, wait_s: float = 3600.0) ->
         return
     done = Path(config.data.prepared) / PREPARED_MARK
     if done.is_file():
-        check_prepared_matches(json.loads(done.read_text()), prepare_config(config), done)
+        check_prepared_matches(json.loads(done.read_text()), prepare_config(config), done, target)
         return
     if _rank() != 0:
         deadline = time.monotonic() + wait_s
@@ -50,13 +50,21 @@ def ensure_prepared(config: TrainConfig, target=None, wait_s: float = 3600.0) ->
     print_prepare_report(prepare(options, target), options.out)
 
 
-def check_prepared_matches(report: dict, wanted, where: Path) -> None:
-    """Refuse to reuse prepared data made with other prepare options than the recipe asks for."""
+def check_prepared_matches(report: dict, wanted, where: Path, target=None) -> None:
+    """Refuse to reuse prepared data made for another target or with other prepare options than the recipe asks for."""
+    if target is not None:
+        from draftsmith.data.prepared import check_prepared_target, template_sha256
+        from draftsmith.data.templates import resolve_chat_template
+
+        check_prepared_target(where.parent, target)
     made = {"input": report.get("inputs"), "max_length": report.get("max_length"),
             "last_turn_only": report.get("last_turn_only"), "regenerate": report.get("regenerated"),
             "draft_vocab_size": report.get("draft_vocab_size") or 0}  # the report writes None for no vocabulary
     asked = {"input": list(wanted.input), "max_length": wanted.max_length, "last_turn_only": wanted.last_turn_only,
              "regenerate": wanted.regenerate, "draft_vocab_size": wanted.draft_vocab_size or 0}
+    if target is not None and report.get("chat_template_sha256"):  # None: plain-text rows, no template used
+        made["chat_template"] = report["chat_template_sha256"][:12]
+        asked["chat_template"] = template_sha256(target, resolve_chat_template(wanted.chat_template))[:12]
     differ = [f"prepare.{key}: recipe {asked[key]!r}, data {made[key]!r}" for key in asked if asked[key] != made[key]]
     if differ:
         raise DraftsmithError(
@@ -112,6 +120,7 @@ def final_report(config: TrainConfig, target) -> dict | None:
         prompts=section.prompts, num_prompts=section.num_prompts, max_new_tokens=section.max_new_tokens,
         draft_length=section.draft_length, tree=section.tree, dtype=config.target.dtype,
         transformers_baseline=section.transformers_baseline,
+        chat_template=(config.prepare or {}).get("chat_template"),  # prompts as the drafter saw its data
     )
     eval_config.validate()
     return evaluate_and_report(eval_config, target=target)

@@ -105,7 +105,7 @@ class TrainRecipe:
         if self.config.data.draft_vocab:
             from draftsmith.data.vocab import load_draft_vocab
 
-            self.draft_vocab = load_draft_vocab(self.config.data.draft_vocab)
+            self.draft_vocab = load_draft_vocab(self.config.data.draft_vocab, self.target)
         set_seed(self.config.train.seed)  # same initial drafter on every process
         drafter = self._fresh_drafter()
         set_seed(self.config.train.seed, device_specific=True)  # then distinct random draws per process
