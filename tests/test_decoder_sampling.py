@@ -9,7 +9,8 @@ from tiny import tiny_target
 from draftsmith.drafters import Draft, DraftShape, Sampling
 from draftsmith.drafters.draft_lm import DraftLM
 from draftsmith.eval import decoder, verify
-from draftsmith.eval.verify import target_probs, verify_chain, verify_tree
+from draftsmith.eval.verify import verify_chain, verify_tree
+from draftsmith.sampling import target_probs
 
 V = 6
 

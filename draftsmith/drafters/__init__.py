@@ -22,18 +22,7 @@ from typing import Protocol
 
 import torch
 
-
-@dataclass(frozen=True)
-class Sampling:
-    """How tokens are chosen. temperature 0 means greedy; top_k 0 and top_p 1.0 mean off."""
-
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
+from draftsmith.sampling import Sampling  # noqa: F401  (part of the drafter interface)
 
 
 @dataclass(frozen=True)
@@ -100,6 +89,7 @@ class Proposer(Protocol):
 # A saved drafter folder holds config.json with "draftsmith_kind": <kind> and model.safetensors.
 KINDS = {
     "eagle": "draftsmith.drafters.eagle",
+    "draft_lm": "draftsmith.drafters.draft_lm",
 }
 
 

@@ -33,7 +33,7 @@ from draftsmith.config import build
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree
 from draftsmith.errors import DraftsmithError
-from draftsmith.eval.verify import target_probs
+from draftsmith.sampling import target_probs
 
 
 TARGET_INFO = ("target_name", "target_architectures", "target_fingerprint")

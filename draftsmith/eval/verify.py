@@ -12,31 +12,8 @@ from __future__ import annotations
 import torch
 
 from draftsmith.drafters import Draft, Sampling
-
-
-# --------------------------------------------------------------------------- sampling transforms
-def target_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """Softmax of `logits` [..., V] after temperature, top-k and top-p (float32)."""
-    logits = logits.float() / sampling.temperature
-    if sampling.top_k > 0 and sampling.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
-    if sampling.top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-        # Drop a token when the tokens ranked above it already cover top_p (the first always stays).
-        drop_sorted = (sorted_probs.cumsum(-1) - sorted_probs) >= sampling.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
-
-
-def choose(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token per row of `logits` [N, V]: argmax when greedy, else a sample. Returns [N]."""
-    if sampling.greedy:
-        return logits.argmax(-1)
-    return torch.multinomial(target_probs(logits, sampling), 1, generator=generator).squeeze(-1)
+from draftsmith.drafters.tree import tree_attention_mask  # noqa: F401  (the decoder imports it from here)
+from draftsmith.sampling import choose, target_probs  # noqa: F401  (the decoder imports choose from here)
 
 
 def _sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -96,17 +73,6 @@ def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ancestor = up[ancestor]
         sees[rows, ancestor] = True
     return sees, sees.sum(1) - 1
-
-
-def tree_attention_mask(sees: torch.Tensor, past: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive 4D mask [1, 1, n+1, past+n+1]: every query sees the cached prefix and its ancestors.
-
-    Additive (0 / most negative) rather than boolean so that eager attention, which adds the mask
-    to the scores, and SDPA read it the same way.
-    """
-    allowed = torch.cat([torch.ones(sees.shape[0], past, dtype=torch.bool), sees], dim=1)
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
 
 
 def verify_tree(

@@ -1,0 +1,56 @@
+"""The parity harness: an export read by the real `speculators` library must compute our drafter's logits.
+
+The library (vLLM's format, `pip install --no-deps speculators==0.9.0` plus `openai`, `hs-connectors`)
+loads the export folder with its own model class. The target features are recomputed from the export's
+own layer ids in the library's convention (HF `hidden_states[id]`: the stream entering layer id), so an
+export whose ids, norms or weights another loader reads differently gives other logits and fails.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+def speculators_eagle3_logits(folder: str | Path, target, input_ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """Draft logits [S-1, draft_vocab] of every TTT step of the speculators model loaded from `folder`,
+    on the features of `target` at the layers the export's config names (teacher forced)."""
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+
+    config = Eagle3SpeculatorConfig.from_pretrained(str(folder))
+    config.transformer_layer_config._attn_implementation = "eager"  # flex attention needs a GPU compiler
+    model = Eagle3DraftModel.from_pretrained(str(folder), config=config).eval()
+    with torch.no_grad():  # the library's known quirk: no embedding in the file, so it would stay at zero
+        model.embed_tokens.weight.copy_(target.model.get_input_embeddings().weight)
+        hidden = target.model(input_ids, output_hidden_states=True).hidden_states
+    aux = torch.cat([hidden[i] for i in model.config.eagle_aux_hidden_state_layer_ids], dim=-1)
+    logits: list[torch.Tensor] = []
+    hook = model.lm_head.register_forward_hook(lambda _m, _i, out: logits.append(out[0].detach()))
+    try:
+        with torch.no_grad():  # their data convention: index i reads feature i and token x_{i+1}
+            model(hidden_states=aux[:, :-1], input_ids=input_ids[:, 1:],
+                  document_ids=torch.zeros_like(input_ids[:, 1:]), ttt_steps=steps)
+    finally:
+        hook.remove()
+    return logits
+
+
+def ours_eagle3_logits(drafter, target, input_ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """Our drafter's logits [S, draft_vocab] of every TTT step on the same sequence."""
+    with torch.no_grad():
+        features = target.forward(input_ids, layers=drafter.required_layers, logits=False).features
+        outputs = drafter.eval().ttt_forward(input_ids, features, steps=steps)
+        return [drafter.logits(hidden, target.head)[0] for hidden in outputs]
+
+
+def compare(ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> dict:
+    """Worst max-abs logit difference and lowest argmax agreement over the steps, on the indices both
+    compute from real tokens (step j: the first S-1-j indices)."""
+    worst, agreement = 0.0, 1.0
+    for step, (a, b) in enumerate(zip(ours, theirs)):
+        n = b.shape[0] - step
+        a, b = a[:n].float(), b[:n].float()
+        worst = max(worst, float((a - b).abs().max()))
+        agreement = min(agreement, float((a.argmax(-1) == b.argmax(-1)).float().mean()))
+    return {"max_abs_difference": worst, "argmax_agreement": agreement, "steps": len(theirs)}
