@@ -235,6 +235,32 @@ def _serving_section(facts: CardFacts) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _trained_against_gguf(training: dict) -> str | None:
+    """The GGUF file the drafter was trained against, when training.json names one (the built-in
+    targets are GGUF files from pip packages), else None."""
+    from draftsmith.target import BUILTIN_TARGETS
+
+    name = str(training.get("target") or "")
+    if name in BUILTIN_TARGETS:
+        package, filename, install = BUILTIN_TARGETS[name]
+        return f"`{filename}` (the `{name}` target, from `{install}`)"
+    return f"`{Path(name).name}`" if name.endswith(".gguf") else None  # load_target's own rule for GGUF files
+
+
+def _verifier_section(facts: CardFacts) -> str:
+    """Which weights the drafter was trained against, when they are not the verifier's own."""
+    gguf = _trained_against_gguf(facts.training)
+    if gguf is None:
+        return ""
+    return "\n".join([
+        "## Verifier weights", "",
+        f"This drafter was trained against the dequantized GGUF weights {gguf}, not the full-precision "
+        f"`{facts.verifier}` named as the verifier above. Speculative output is still exactly the verifier's own, "
+        "but the acceptance measured here comes from the GGUF weights: a full-precision verifier may accept "
+        "slightly differently. To name other verifier weights in config.json and this card, export with "
+        "`draftsmith export CHECKPOINT --verifier HUB_ID_OR_FOLDER`.", ""])
+
+
 def render_card(facts: CardFacts) -> str:
     """The README.md of an export: Hub metadata, what the drafter is, training, results, serving."""
     shift = "+1, vLLM collects the stream entering a layer" if facts.fmt == "speculators" else \
@@ -254,7 +280,7 @@ def render_card(facts: CardFacts) -> str:
         f"| format | {facts.fmt} |", "",
     ]
     return "\n".join([_front_matter(facts), "\n".join(about), _training_section(facts.training),
-                      _results_section(facts), _serving_section(facts)])
+                      _results_section(facts), _verifier_section(facts), _serving_section(facts)])
 
 
 def write_card(folder: Path, facts: CardFacts, plots: list[Path]) -> None:

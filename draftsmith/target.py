@@ -339,6 +339,16 @@ def builtin_gguf_path(alias: str) -> Path:
     return path
 
 
+# Bumped whenever the layout of the dequantized folder changes, so that caches written by older
+# versions (layout 1: tied embeddings stored only as lm_head.weight) are never loaded again.
+GGUF_CACHE_LAYOUT = 2
+
+
+def gguf_cache_folder(path: Path) -> Path:
+    """The folder a GGUF file is dequantized into: keyed by the file's hash and the layout version."""
+    return cache_dir() / "gguf" / f"{file_sha256(path)[:24]}-layout{GGUF_CACHE_LAYOUT}"
+
+
 def _load_gguf(path: Path, dtype: torch.dtype):
     """Dequantize a GGUF once, cache it as safetensors keyed by the file hash, load the cache."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -349,7 +359,7 @@ def _load_gguf(path: Path, dtype: torch.dtype):
     with open(path, "rb") as handle:
         if handle.read(4) != b"GGUF":
             raise DraftsmithError(f"'{path}' is not a GGUF file (its first bytes are not 'GGUF').")
-    cached = cache_dir() / "gguf" / file_sha256(path)[:24]
+    cached = gguf_cache_folder(path)
     if not (cached / "config.json").is_file():
         try:
             model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
@@ -363,6 +373,21 @@ def _load_gguf(path: Path, dtype: torch.dtype):
     return _load_folder(cached, dtype, trust_remote_code=False)
 
 
+def _standard_state_dict(model) -> dict[str, torch.Tensor]:
+    """The tensors under the names `save_pretrained` uses: of tied tensors, the input embedding's name
+    is kept (`model.embed_tokens.weight`) and the tied copy (`lm_head.weight`) dropped, so engines
+    that load the verifier by name find the embedding, and `from_pretrained` re-ties the head."""
+    params = model.state_dict(keep_vars=True)
+    embedding = model.get_input_embeddings().weight
+    kept, pointers = {}, set()
+    for name in sorted(params, key=lambda name: params[name] is not embedding):  # the embedding first
+        tensor = params[name].detach()
+        if tensor.data_ptr() not in pointers:
+            pointers.add(tensor.data_ptr())
+            kept[name] = tensor.contiguous()
+    return kept
+
+
 def _save_atomically(model, tokenizer, destination: Path) -> None:
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=destination.name + ".tmp", dir=destination.parent))
@@ -370,13 +395,13 @@ def _save_atomically(model, tokenizer, destination: Path) -> None:
     try:
         # GGUF-loaded models refuse save_pretrained (they count as quantized); the weights are
         # already dequantized, so write the config without its quantization entry and the tensors.
-        from safetensors.torch import save_model
+        from safetensors.torch import save_file
 
         config = model.config
         if hasattr(config, "quantization_config"):
             del config.quantization_config
         config.save_pretrained(staging)
-        save_model(model, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        save_file(_standard_state_dict(model), str(staging / "model.safetensors"), metadata={"format": "pt"})
         tokenizer.save_pretrained(staging)
         if destination.exists():  # another process won the race; keep theirs
             shutil.rmtree(staging)

@@ -8,7 +8,7 @@ from transformers import DynamicCache
 
 from draftsmith.drafters import Draft, DraftShape, Sampling
 from draftsmith.drafters.draft_lm import DraftLM
-from draftsmith.eval.decoder import keep_cache, plain_generate, speculative_generate, tree_forward
+from draftsmith.eval.decoder import GrowingFeatures, keep_cache, plain_generate, speculative_generate, tree_forward
 from draftsmith.eval.verify import tree_layout
 
 GREEDY = Sampling()
@@ -173,6 +173,30 @@ def test_tree_verify_and_rollback_match_from_scratch(arch, attention):
     step = target.forward(follow, cache=cache)
     torch.testing.assert_close(step.logits, target.forward(torch.cat([kept[None], follow], 1)).logits[:, -2:],
                                atol=1e-4, rtol=1e-4)
+
+
+def test_tree_rollback_moves_only_the_path_in_place(tiny_llama):
+    """The committed prefix stays in the same storage, untouched; only the accepted path's slots change."""
+    cache = DynamicCache(config=tiny_llama.config)
+    tiny_llama.forward(PROMPT, cache=cache)
+    start, path = 5, torch.tensor([0, 2, 5])
+    before = [(layer.keys.data_ptr(), layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+    keep_cache(cache, start, path)
+    assert cache.get_seq_length() == start + path.numel()
+    for layer, (pointer, keys, values) in zip(cache.layers, before):
+        assert layer.keys.data_ptr() == pointer  # no new tensor: nothing proportional to the context was copied
+        torch.testing.assert_close(layer.keys, torch.cat([keys[..., :start, :], keys[..., start + path, :]], -2))
+        torch.testing.assert_close(layer.values, torch.cat([values[..., :start, :], values[..., start + path, :]], -2))
+
+
+def test_growing_features_append_without_copying_history():
+    first = torch.arange(6.0).view(1, 3, 2)
+    stored = GrowingFeatures({4: first})
+    views = stored.append({4: torch.full((1, 2, 2), -1.0)})  # outgrows the prefill buffer once
+    pointer = views[4].data_ptr()
+    views = stored.append({4: torch.full((1, 1, 2), -2.0)})  # fits: written in place
+    assert views[4].data_ptr() == pointer and views[4].shape == (1, 6, 2)
+    torch.testing.assert_close(views[4], torch.cat([first, torch.full((1, 2, 2), -1.0), torch.full((1, 1, 2), -2.0)], 1))
 
 
 def test_chain_rollback_is_a_crop(tiny_qwen3):

@@ -177,6 +177,39 @@ def test_eval_command_errors(target_folder, tmp_path, capsys, drafter, prompts, 
     assert code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"drafter": "runs/no-such-drafter"}, "Unknown drafter 'runs/no-such-drafter'"),
+    ({"drafter": "EMPTY_FOLDER"}, "has no config.json"),
+    ({"drafter": "hf:"}, "needs a model after the colon"),
+    ({"drafter": "hf:some/model", "tree": "3,2,6"}, "chains only"),
+    ({"prompts": "missing.jsonl"}, "does not exist"),
+    ({"out": "A_FILE"}, "is a file"),
+    ({"tree": "3,2"}, "DEPTH,TOPK,TOTAL"),
+], ids=["no-drafter", "no-config", "empty-hf", "hf-tree", "no-prompts", "out-file", "bad-tree"])
+def test_eval_checks_every_argument_before_expensive_work(tmp_path, prompt_file, monkeypatch, change, message):
+    """A wrong argument fails before the target loads or the linear layers are tuned (a minute on a CPU)."""
+    from draftsmith import target as target_module
+    from draftsmith.eval import command, small_batch
+
+    def expensive(*args, **kwargs):
+        raise AssertionError("expensive work ran before the arguments were checked")
+
+    monkeypatch.setattr(target_module, "load_target", expensive)
+    monkeypatch.setattr(small_batch, "tune_and_install", expensive)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a-file").write_text("")
+    values = {"target": "smollm2-135m-instruct", "drafter": "prompt-lookup", "out": str(tmp_path / "run"),
+              "prompts": str(prompt_file), **change}
+    replace = {"EMPTY_FOLDER": str(tmp_path / "empty"), "A_FILE": str(tmp_path / "a-file"),
+               "missing.jsonl": str(tmp_path / "missing.jsonl")}
+    values = {key: replace.get(value, value) for key, value in values.items()}
+    with pytest.raises(DraftsmithError, match=message):
+        command.evaluate_and_report(command.EvalConfig(**values))
+    with pytest.raises(AssertionError, match="expensive work"):  # the valid arguments do reach the expensive part
+        command.evaluate_and_report(command.EvalConfig("smollm2-135m-instruct", "prompt-lookup", str(tmp_path / "run"),
+                                                       prompts=str(prompt_file)))
+
+
 def test_eval_command_rejects_both_shapes(capsys):
     code = cli.main(["eval", "--target", "t", "--drafter", "prompt-lookup", "--out", "o", "--draft-length", "3",
                      "--tree", "3,2,6"])

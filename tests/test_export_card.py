@@ -111,6 +111,19 @@ def test_render_card_states_layer_ids_in_both_conventions():
     assert "is not a hub id" in card
 
 
+@pytest.mark.parametrize("trained_on", ["smollm2-135m-instruct", "/models/SmolLM2-135M-Instruct.Q4_1.gguf", TARGET_HUB_ID])
+def test_card_says_which_weights_the_drafter_was_trained_against(trained_on):
+    facts = model_card.CardFacts(
+        fmt="speculators", model_ref="me/drafter", verifier=TARGET_HUB_ID, verifier_is_hub_id=True,
+        target_layers=[1, 14, 26], format_layer_ids=[2, 15, 27], draft_vocab_size=32000, target_vocab_size=49152,
+        hidden_size=576, parameters=1234, speculative_tokens=4, training={"target": trained_on})
+    card = model_card.render_card(facts)
+    if trained_on == TARGET_HUB_ID:  # trained against the verifier itself: nothing to warn about
+        assert "Verifier weights" not in card
+    else:
+        assert "SmolLM2-135M-Instruct.Q4_1.gguf" in card and "full-precision" in card and "--verifier" in card
+
+
 # --------------------------------------------------------------------------- W&B
 def test_eval_results_are_logged_to_the_training_run(evaluated, tmp_path, monkeypatch, capsys):
     checkpoint, eval_dir = evaluated

@@ -44,6 +44,38 @@ def test_tree_merges_continuations_into_a_trie():
     assert len(capped) == 4
 
 
+def brute_force_continuations(tokens, ngrams, length, limit):
+    """The O(context) search the n-gram index replaced: scan every earlier window."""
+    found, seen, total = [], set(), tokens.numel()
+    for n in ngrams:
+        if total <= n:
+            continue
+        starts = (tokens.unfold(0, n, 1)[:-1] == tokens[-n:]).all(1).nonzero().flatten() + n
+        full = starts + length <= total
+        for start in torch.cat([starts[full].flip(0), starts[~full]]).tolist():
+            follow = tokens[start : start + length].tolist()
+            if tuple(follow) not in seen:
+                seen.add(tuple(follow))
+                found.append((n, follow))
+        if len(found) >= limit:
+            return found[:limit]
+    return found[:limit]
+
+
+def test_incremental_index_finds_what_a_full_scan_finds():
+    generator = torch.Generator().manual_seed(0)
+    lookup = PromptLookup(Config(max_ngram=3, min_ngram=1))
+    for sequence in range(2):  # the second sequence arrives without reset(): the index must start over
+        tokens = torch.randint(0, 6, (5,), generator=generator)
+        while tokens.numel() < 120:
+            for length, limit in [(4, 1), (3, 5)]:
+                ours = [(n, follow.tolist()) for n, follow in lookup.continuations(tokens, length, limit)]
+                assert ours == brute_force_continuations(tokens, [3, 2, 1], length, limit)
+            grow = int(torch.randint(1, 6, (1,), generator=generator))
+            tokens = torch.cat([tokens, torch.randint(0, 6, (grow,), generator=generator)])
+    assert len(lookup.index.listed) == tokens.numel() - grow  # indexed once each, not once per cycle
+
+
 def test_bad_ngram_config():
     with pytest.raises(DraftsmithError, match="min_ngram"):
         PromptLookup(Config(max_ngram=1, min_ngram=2))

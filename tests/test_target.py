@@ -133,3 +133,22 @@ def test_gguf_cache_is_reused(smollm2, monkeypatch):
     assert time.perf_counter() - start < 60
     ids = torch.tensor([[1, 2, 3, 4]])
     torch.testing.assert_close(again.forward(ids).logits, smollm2.forward(ids).logits)
+
+
+def test_gguf_folder_has_the_standard_layout_and_loads_by_name(smollm2):
+    """The dequantized folder is what save_pretrained writes: engines and generate() can load it by name."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    from draftsmith.target import builtin_gguf_path, gguf_cache_folder
+
+    folder = gguf_cache_folder(builtin_gguf_path("smollm2-135m-instruct"))
+    with safe_open(str(folder / "model.safetensors"), "pt") as handle:
+        names = set(handle.keys())
+        embedding = handle.get_tensor("model.embed_tokens.weight")
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names  # tied: one copy, HF's name
+    model, info = AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    torch.testing.assert_close(model.get_output_embeddings().weight, embedding)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    torch.testing.assert_close(model(ids).logits, smollm2.forward(ids).logits.float(), atol=1e-4, rtol=1e-4)

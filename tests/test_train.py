@@ -432,3 +432,35 @@ def test_auto_precision_is_bf16_only_where_the_hardware_has_it(monkeypatch):
     assert resolve_precision("auto", cuda=False) == "bf16"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
     assert resolve_precision("auto", cuda=True) == "no"
+
+
+# --------------------------------------------------------------------------- CPU threads under a multi-process launch
+def test_cpu_processes_never_oversubscribe_the_cores():
+    from draftsmith.train.builders import cpu_threads_per_process
+
+    for cores in range(1, 34):
+        for processes in range(1, 9):
+            share = max(1, cores // processes)
+            assert cpu_threads_per_process(cores, processes, None) == share  # the default: an even split
+            for requested in (0, 1, 2, cores, 4 * cores):
+                threads = cpu_threads_per_process(cores, processes, requested)
+                assert 1 <= threads <= share and threads * processes <= max(cores, processes)
+                assert threads == max(1, min(requested, share))  # a smaller request is kept
+
+
+def test_share_cpu_threads_sets_torch_threads_from_the_launch_environment():
+    import os
+
+    from draftsmith.train.builders import share_cpu_threads
+
+    cores = len(os.sched_getaffinity(0))
+    before = torch.get_num_threads()
+    try:
+        assert share_cpu_threads({"OMP_NUM_THREADS": "64"}) is None  # one process: left alone
+        assert torch.get_num_threads() == before
+        note = share_cpu_threads({"LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "64"})
+        assert torch.get_num_threads() == max(1, cores // 2) and "would oversubscribe" in note
+        share_cpu_threads({"LOCAL_WORLD_SIZE": str(2 * cores)})
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -38,8 +38,8 @@ def command(recipe: Path, overrides: list[str], launch_config: str | None = None
     return [*prefix, "draftsmith", "train", str(recipe), *overrides]
 
 
-def run(recipe: Path, overrides: list[str], launch_config: str | None = None, timeout: int = 240):
-    done = subprocess.run(command(recipe, overrides, launch_config), cwd=ROOT, env=environment(),
+def run(recipe: Path, overrides: list[str], launch_config: str | None = None, timeout: int = 240, env=None):
+    done = subprocess.run(command(recipe, overrides, launch_config), cwd=ROOT, env={**environment(), **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return done
@@ -83,7 +83,12 @@ def test_sigkill_then_resume_continues_exactly(assets, tmp_path):
 def test_one_process_two_accumulation_steps_equals_two_processes_ddp(assets, tmp_path):
     recipe = write_recipe(tmp_path / "recipe.yaml", recipe_dict(assets, "eagle3", max_steps=4, checkpoint_every=0))
     run(recipe, [f"output_dir={tmp_path / 'accum'}", "train.grad_accum=2"])
-    run(recipe, [f"output_dir={tmp_path / 'ddp'}", "train.grad_accum=1"], launch_config="cpu-ddp.yaml")
+    # An OMP_NUM_THREADS that would oversubscribe the cores is cut to each process's share.
+    threads = str(2 * len(os.sched_getaffinity(0)))
+    ddp = run(recipe, [f"output_dir={tmp_path / 'ddp'}", "train.grad_accum=1"], launch_config="cpu-ddp.yaml",
+              env={"OMP_NUM_THREADS": threads})
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    assert f"torch threads per process: {share} (2 processes" in ddp.stdout, ddp.stdout[-2000:]
     single, double = losses(tmp_path / "accum"), losses(tmp_path / "ddp")
     assert single == pytest.approx(double, rel=1e-5, abs=1e-6)
     assert len(double) == 4

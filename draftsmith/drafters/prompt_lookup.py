@@ -49,6 +49,51 @@ class Config:
             )
 
 
+class NgramIndex:
+    """Where each n-gram of the committed tokens starts, extended by the new tokens of every cycle.
+
+    Searching the whole context for the last n-gram costs O(context) per cycle; with this index a
+    cycle costs O(new tokens) to extend it plus O(matches looked at)."""
+
+    def __init__(self, sizes) -> None:
+        self.sizes = list(sizes)
+        self.tokens = torch.zeros(0, dtype=torch.long)  # what is indexed
+        self.listed: list[int] = []
+        self.starts: dict[int, dict[tuple[int, ...], list[int]]] = {n: {} for n in self.sizes}
+
+    def update(self, tokens: torch.Tensor) -> None:
+        """Index the tokens after the indexed prefix; start over when `tokens` does not extend it."""
+        known = self.tokens.numel()
+        # torch.equal is a memcmp-speed check, kept so that a caller switching sequences without
+        # reset() still gets right matches.
+        if tokens.numel() < known or not torch.equal(tokens[:known], self.tokens):
+            self.__init__(self.sizes)
+            known = 0
+        new = tokens[known:].tolist()
+        self.listed.extend(new)
+        for end in range(known + 1, len(self.listed) + 1):
+            for n in self.sizes:
+                if end >= n:
+                    self.starts[n].setdefault(tuple(self.listed[end - n : end]), []).append(end - n)
+        self.tokens = tokens.clone()
+
+    def match_ends(self, n: int, total: int, length: int):
+        """Where the continuations of earlier matches of the last n tokens begin: matches with a full
+        `length`-token continuation from the most recent back, then the others, longest first."""
+        if total <= n:
+            return
+        starts = self.starts[n].get(tuple(self.listed[total - n : total]), [])
+        last = len(starts) - 1 if starts and starts[-1] == total - n else len(starts)  # the suffix itself
+        short = []
+        for i in range(last - 1, -1, -1):
+            end = starts[i] + n
+            if end + length <= total:
+                yield end
+            else:
+                short.append(end)
+        yield from reversed(short)
+
+
 class PromptLookup:
     """The Proposer: n-gram matches against the committed tokens.
 
@@ -67,6 +112,7 @@ class PromptLookup:
         """Forget the previous request (its last draft); the acceptance counts are kept."""
         self.pending: tuple[int, list[int], tuple[int, bool]] | None = None  # (at length, draft, class)
         self.last_full = False
+        self.index = NgramIndex(range(self.config.min_ngram, self.config.max_ngram + 1))
 
     def calibrate(self, target, max_length: int, context_tokens: int = 256) -> dict[int, float]:
         """Measure t(n) for n = 1 .. max_length + 1 on `target` (a few seconds); adaptive drafts use it."""
@@ -88,17 +134,12 @@ class PromptLookup:
 
     def continuations(self, tokens: torch.Tensor, length: int, limit: int) -> list[tuple[int, torch.Tensor]]:
         """Up to `limit` distinct (n, continuation ≤ `length` tokens) of earlier n-gram matches, n = match length."""
+        self.index.update(tokens)
         found: list[tuple[int, torch.Tensor]] = []
         seen: set[tuple[int, ...]] = set()
         total = tokens.numel()
         for n in range(self.config.max_ngram, self.config.min_ngram - 1, -1):
-            if total <= n:
-                continue
-            windows = tokens.unfold(0, n, 1)[:-1]  # every earlier n-gram, the suffix itself excluded
-            starts = (windows == tokens[-n:]).all(1).nonzero().flatten() + n
-            # Most recent match with a full-length continuation first, then longest continuations.
-            full = starts + length <= total
-            for start in torch.cat([starts[full].flip(0), starts[~full]]).tolist():
+            for start in self.index.match_ends(n, total, length):
                 follow = tokens[start : start + length]
                 key = tuple(follow.tolist())
                 if key in seen:

@@ -109,6 +109,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_arguments(config: EvalConfig) -> None:
+    """Everything that can be checked without the target: ranges, the drafter spec, the prompt file,
+    the output folder. Runs first, so a typo fails in a second instead of after a minute of tuning."""
+    from pathlib import Path
+
+    from draftsmith.eval.prompts import read_conversations
+    from draftsmith.eval.runner import drafter_kind
+
+    config.validate()
+    kind = drafter_kind(config.drafter)
+    if kind == "hf" and config.tree is not None:
+        raise DraftsmithError("The hf:<model> drafter proposes chains only; use --draft-length instead of --tree.")
+    read_conversations(config.prompts)  # the file exists and every row parses
+    if Path(config.out).expanduser().is_file():
+        raise DraftsmithError(f"--out '{config.out}' is a file; pass a folder for results.json and the reports.")
+
+
 def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     """Decode the prompt set three ways, write results.json/report.md/report.html, print the summary."""
     import torch
@@ -120,6 +137,7 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     from draftsmith.eval.runner import compare, environment, load_drafter
     from draftsmith.target import load_target
 
+    check_arguments(config)  # every argument, before the target loads and the linear layers are tuned
     if config.threads:
         torch.set_num_threads(config.threads)
     if target is None:

@@ -61,22 +61,49 @@ def eos_ids(target) -> set[int]:
 
 # --------------------------------------------------------------------------- KV cache by position
 def keep_cache(cache: DynamicCache, start: int, keep: torch.Tensor) -> None:
-    """Keep cache positions [0, start) plus `start + keep` (sorted offsets), drop the rest."""
+    """Keep cache positions [0, start) plus `start + keep` (sorted offsets), drop the rest.
+
+    A tree's accepted path is moved in place into the slots right after `start`, then the tail is
+    cropped: the cost is O(accepted tokens), not O(context) as re-indexing the whole cache would be."""
     length = cache.get_seq_length()
     count = keep.numel()
-    if bool((keep == torch.arange(count)).all()):  # a chain prefix: just crop the tail
-        if length > start + count:
-            cache.crop(-(length - start - count))
-        return
-    index = torch.cat([torch.arange(start), start + keep.cpu()])
-    for layer in cache.layers:
-        if not hasattr(layer, "keys") or getattr(layer, "is_sliding", False):
-            raise DraftsmithError(
-                f"Tree verification needs a plain full-attention KV cache; this target uses "
-                f"{type(layer).__name__}. Use a chain draft (--draft-length) instead."
-            )
-        layer.keys = layer.keys.index_select(-2, index.to(layer.keys.device))
-        layer.values = layer.values.index_select(-2, index.to(layer.values.device))
+    if not bool((keep == torch.arange(count)).all()):  # a chain prefix needs no move, only the crop
+        for layer in cache.layers:
+            if not hasattr(layer, "keys") or getattr(layer, "is_sliding", False):
+                raise DraftsmithError(
+                    f"Tree verification needs a plain full-attention KV cache; this target uses "
+                    f"{type(layer).__name__}. Use a chain draft (--draft-length) instead."
+                )
+            source = (start + keep).to(layer.keys.device)
+            # index_select copies the few kept slots first, so overlapping source/destination is safe.
+            layer.keys[..., start : start + count, :] = layer.keys.index_select(-2, source)
+            layer.values[..., start : start + count, :] = layer.values.index_select(-2, source)
+    if length > start + count:
+        cache.crop(-(length - start - count))
+
+
+class GrowingFeatures:
+    """Target features of the committed positions, appended in amortised O(new) time.
+
+    `state.features[layer]` is a view of the first `length` columns of a buffer that doubles when
+    full, so a cycle copies only the accepted positions instead of concatenating the whole history."""
+
+    def __init__(self, features: dict[int, torch.Tensor]):
+        self.buffers = dict(features)
+        self.length = next(iter(features.values())).shape[1] if features else 0
+
+    def append(self, new: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Add `new[layer]` [1, n, H] after the kept positions; return the views to put in the state."""
+        count = next(iter(new.values())).shape[1] if new else 0
+        for layer, values in new.items():
+            buffer = self.buffers[layer]
+            if self.length + count > buffer.shape[1]:
+                grown = buffer.new_empty(buffer.shape[0], max(2 * buffer.shape[1], self.length + count), buffer.shape[2])
+                grown[:, : self.length] = buffer[:, : self.length]
+                self.buffers[layer] = buffer = grown
+            buffer[:, self.length : self.length + count] = values
+        self.length += count
+        return {layer: buffer[:, : self.length] for layer, buffer in self.buffers.items()}
 
 
 # --------------------------------------------------------------------------- verify cost
@@ -153,13 +180,14 @@ def speculative_generate(
     cache, first, features = _prefill(target, prompt, layers, sampling, generator)
     ttft = time.perf_counter() - start
     state = DecodeState(torch.cat([prompt, first[None]], dim=1), features, prompt_length=prompt.shape[1])
+    stored = GrowingFeatures(features)
     cycles: list[Cycle] = []
     done = int(first) in eos or max_new_tokens <= 1
     while not done:
         tick = time.perf_counter()
         draft = proposer.propose(state, shape, sampling)
         tock = time.perf_counter()
-        path, emitted, offered = _verify(target, cache, state, draft, layers, sampling, generator)
+        path, emitted, offered = _verify(target, cache, state, draft, layers, sampling, generator, stored)
         room = max_new_tokens - (state.tokens.shape[1] - state.prompt_length)
         emitted, done = _stop_at(emitted, room, eos)
         state.tokens = torch.cat([state.tokens, emitted[None]], dim=1)
@@ -175,7 +203,7 @@ def tree_forward(target, inputs: torch.Tensor, parents: torch.Tensor, past: int,
                           position_ids=(past + depth)[None].to(target.device))
 
 
-def _verify(target, cache, state: DecodeState, draft: Draft, layers, sampling, generator):
+def _verify(target, cache, state: DecodeState, draft: Draft, layers, sampling, generator, stored: GrowingFeatures):
     """One target pass over [root] + draft; commit features and cache for the accepted path.
 
     Returns (accepted path as indices into [root]+draft, emitted tokens, offered depth).
@@ -198,7 +226,6 @@ def _verify(target, cache, state: DecodeState, draft: Draft, layers, sampling, g
         path = torch.tensor(node_path)
         offered = len(node_path) - 1 + int(has_children)
     keep_cache(cache, past, path)
-    for layer in layers:
-        new = out.features[layer][:, path.to(out.features[layer].device)]
-        state.features[layer] = torch.cat([state.features[layer], new], dim=1)
+    state.features = stored.append(
+        {layer: out.features[layer][:, path.to(out.features[layer].device)] for layer in layers})
     return path, emitted, offered

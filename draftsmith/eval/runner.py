@@ -26,12 +26,47 @@ DRAFTER_FORMS = ("'prompt-lookup', 'hf:<model folder, .gguf or hub id>', or a fo
 
 
 # --------------------------------------------------------------------------- drafter specs
+def drafter_kind(spec: str) -> str:
+    """Check a `--drafter` value without loading any weights: 'prompt-lookup', 'hf', 'export' (a
+    speculators / SGLang folder) or the trained kind its config.json names; a clear error otherwise."""
+    if spec == "prompt-lookup":
+        return spec
+    if spec.startswith("hf:"):
+        if not spec[3:]:
+            raise DraftsmithError("Drafter 'hf:' needs a model after the colon, e.g. hf:path/to/model.")
+        return "hf"
+    folder = Path(spec).expanduser()
+    if not folder.is_dir():
+        close = difflib.get_close_matches(spec, ["prompt-lookup"], n=1, cutoff=0.6)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise DraftsmithError(f"Unknown drafter '{spec}' (no such folder).{hint} Use {DRAFTER_FORMS}.")
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise DraftsmithError(f"Drafter folder '{folder}' has no config.json. Expected {DRAFTER_FORMS}.")
+    try:
+        kind = json.loads(config_path.read_text()).get("draftsmith_kind")
+    except json.JSONDecodeError as err:
+        raise DraftsmithError(f"{config_path}:{err.lineno}: not valid JSON ({err.msg}).") from None
+    if kind is not None:
+        kind_module(kind)  # an unknown kind is an error here, with the known ones listed
+        return kind
+    from draftsmith import export
+
+    if export.is_export(folder):
+        return "export"
+    raise DraftsmithError(
+        f"'{config_path}' has no \"draftsmith_kind\" key, so '{folder}' is not a draftsmith drafter. "
+        f"For an independent Hugging Face draft model use --drafter hf:{spec}."
+    )
+
+
 def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adaptive_length: int | None = None) -> Proposer:
     """Turn a `--drafter` value into a Proposer: prompt-lookup, hf:<model>, or a trained drafter folder.
 
     `adaptive_length` k: prompt lookup measures the target's verify cost for 1 .. k+1 tokens now and
     picks each chain draft's length up to k from it (None: always the full length)."""
-    if spec == "prompt-lookup":
+    kind = drafter_kind(spec)
+    if kind == "prompt-lookup":
         from draftsmith.drafters import prompt_lookup
 
         lookup = prompt_lookup.PromptLookup(prompt_lookup.Config(
@@ -42,34 +77,16 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
             print(f"prompt lookup: verify cost t(n)/t(1) measured in {time.perf_counter() - began:.1f} s: "
                   + ", ".join(f"{n}: {c / cost[1]:.2f}" for n, c in cost.items()), flush=True)
         return lookup
-    if spec.startswith("hf:"):
+    if kind == "hf":
         from draftsmith.drafters import draft_lm
 
-        if not spec[3:]:
-            raise DraftsmithError("Drafter 'hf:' needs a model after the colon, e.g. hf:path/to/model.")
         return draft_lm.load_proposer(spec[3:], target)
     folder = Path(spec).expanduser()
-    if folder.is_dir():
-        config_path = folder / "config.json"
-        if not config_path.is_file():
-            raise DraftsmithError(f"Drafter folder '{folder}' has no config.json. Expected {DRAFTER_FORMS}.")
-        try:
-            kind = json.loads(config_path.read_text()).get("draftsmith_kind")
-        except json.JSONDecodeError as err:
-            raise DraftsmithError(f"{config_path}:{err.lineno}: not valid JSON ({err.msg}).") from None
-        if kind is None:
-            from draftsmith import export
+    if kind == "export":
+        from draftsmith import export
 
-            if export.is_export(folder):  # a speculators / SGLang EAGLE-3 export
-                return export.load_exported(folder, target)
-            raise DraftsmithError(
-                f"'{config_path}' has no \"draftsmith_kind\" key, so '{folder}' is not a draftsmith drafter. "
-                f"For an independent Hugging Face draft model use --drafter hf:{spec}."
-            )
-        return kind_module(kind).load_proposer(folder, target)
-    close = difflib.get_close_matches(spec, ["prompt-lookup"], n=1, cutoff=0.6)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
-    raise DraftsmithError(f"Unknown drafter '{spec}'.{hint} Use {DRAFTER_FORMS}.")
+        return export.load_exported(folder, target)
+    return kind_module(kind).load_proposer(folder, target)
 
 
 # --------------------------------------------------------------------------- light mode (training)

@@ -36,6 +36,32 @@ def warmup_cosine(warmup_steps: int, max_steps: int, min_lr_ratio: float):
     return factor
 
 
+def cpu_threads_per_process(cores: int, local_processes: int, requested: int | None) -> int:
+    """Torch threads for one of `local_processes` CPU training processes sharing `cores` cores: its share,
+    cores // processes (at least 1). A smaller OMP_NUM_THREADS (`requested`) is kept; a larger one is cut
+    to the share, since two 2-thread processes on 2 cores were measured ~40x slower per target pass."""
+    share = max(1, cores // max(1, local_processes))
+    return share if requested is None else max(1, min(requested, share))
+
+
+def share_cpu_threads(environ=os.environ) -> str | None:
+    """Under a multi-process launch without CUDA, set this process's torch threads to its share of the
+    cores (see `cpu_threads_per_process`); returns a line saying what was set, None when nothing was."""
+    local = int(environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local < 2 or torch.cuda.is_available():
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    requested = int(environ["OMP_NUM_THREADS"]) if environ.get("OMP_NUM_THREADS", "").isdigit() else None
+    threads = cpu_threads_per_process(cores, local, requested)
+    torch.set_num_threads(threads)
+    note = f"torch threads per process: {threads} ({local} processes on {cores} cores"
+    if requested is not None and requested != threads:
+        note += f"; OMP_NUM_THREADS={requested} would oversubscribe them"
+    elif requested is not None and threads < max(1, cores // local):  # torchrun writes 1 when it was unset
+        note += f"; OMP_NUM_THREADS={requested} kept, the share would be {cores // local}"
+    return note + ")"
+
+
 def build_accelerator(config: TrainConfig):
     """An Accelerator for whatever `accelerate launch` set up; DeepSpeed on CPU talks over gloo."""
     from accelerate import Accelerator

@@ -50,12 +50,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Prepare the data if the recipe asks, train, then report on best/ (the whole pipeline)."""
+    import os
     import time
 
     from draftsmith.train import pipeline
+    from draftsmith.train.builders import share_cpu_threads
     from draftsmith.train.recipe import TrainRecipe
 
     config = load(TrainConfig, args.recipe, args.overrides)
+    threads = share_cpu_threads()  # before any torch work: oversubscribed CPU processes crawl
+    if threads and os.environ.get("RANK", "0") == "0":
+        print(threads, flush=True)
     start = time.monotonic()
     recipe = TrainRecipe(config)
     pipeline.ensure_prepared(config, recipe.load_target())
