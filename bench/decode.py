@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from draftsmith.drafters import DraftShape, Sampling  # noqa: E402
 from draftsmith.drafters.prompt_lookup import Config, PromptLookup  # noqa: E402
 from draftsmith.eval import metrics, small_batch  # noqa: E402
-from draftsmith.eval.decoder import Generation, eos_ids, plain_generate, speculative_generate, verify_cost_curve  # noqa: E402
+from draftsmith.cost import verify_cost_curve  # noqa: E402
+from draftsmith.eval.decoder import Generation, eos_ids, plain_generate, speculative_generate  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402
 from draftsmith.eval.runner import environment, hf_generate  # noqa: E402
 from draftsmith.target import load_target  # noqa: E402

@@ -181,11 +181,10 @@ def test_eval_command_errors(target_folder, tmp_path, capsys, drafter, prompts, 
     ({"drafter": "runs/no-such-drafter"}, "Unknown drafter 'runs/no-such-drafter'"),
     ({"drafter": "EMPTY_FOLDER"}, "has no config.json"),
     ({"drafter": "hf:"}, "needs a model after the colon"),
-    ({"drafter": "hf:some/model", "tree": "3,2,6"}, "chains only"),
     ({"prompts": "missing.jsonl"}, "does not exist"),
     ({"out": "A_FILE"}, "is a file"),
     ({"tree": "3,2"}, "DEPTH,TOPK,TOTAL"),
-], ids=["no-drafter", "no-config", "empty-hf", "hf-tree", "no-prompts", "out-file", "bad-tree"])
+], ids=["no-drafter", "no-config", "empty-hf", "no-prompts", "out-file", "bad-tree"])
 def test_eval_checks_every_argument_before_expensive_work(tmp_path, prompt_file, monkeypatch, change, message):
     """A wrong argument fails before the target loads or the linear layers are tuned (a minute on a CPU)."""
     from draftsmith import target as target_module

@@ -6,7 +6,8 @@ import torch
 from draftsmith.drafters import DecodeState, DraftShape, Sampling
 from draftsmith.drafters.prompt_lookup import Config, PromptLookup
 from draftsmith.errors import DraftsmithError
-from draftsmith.eval.decoder import plain_generate, speculative_generate, verify_cost_curve
+from draftsmith.cost import verify_cost_curve
+from draftsmith.eval.decoder import plain_generate, speculative_generate
 
 
 def state(tokens):

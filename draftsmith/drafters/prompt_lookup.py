@@ -116,7 +116,7 @@ class PromptLookup:
 
     def calibrate(self, target, max_length: int, context_tokens: int = 256) -> dict[int, float]:
         """Measure t(n) for n = 1 .. max_length + 1 on `target` (a few seconds); adaptive drafts use it."""
-        from draftsmith.eval.decoder import verify_cost_curve
+        from draftsmith.cost import verify_cost_curve
 
         context = torch.randint(0, target.vocab_size, (1, context_tokens), generator=torch.Generator().manual_seed(0))
         self.verify_cost = verify_cost_curve(target, range(1, max_length + 2), context)

@@ -118,9 +118,7 @@ def check_arguments(config: EvalConfig) -> None:
     from draftsmith.eval.runner import drafter_kind
 
     config.validate()
-    kind = drafter_kind(config.drafter)
-    if kind == "hf" and config.tree is not None:
-        raise DraftsmithError("The hf:<model> drafter proposes chains only; use --draft-length instead of --tree.")
+    drafter_kind(config.drafter)
     read_conversations(config.prompts)  # the file exists and every row parses
     if Path(config.out).expanduser().is_file():
         raise DraftsmithError(f"--out '{config.out}' is a file; pass a folder for results.json and the reports.")

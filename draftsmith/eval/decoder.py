@@ -19,7 +19,9 @@ from transformers import DynamicCache
 
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
 from draftsmith.errors import DraftsmithError
-from draftsmith.eval.verify import choose, tree_attention_mask, tree_layout, verify_chain, verify_tree
+from draftsmith.drafters.tree import tree_attention_mask
+from draftsmith.eval.verify import tree_layout, verify_chain, verify_tree
+from draftsmith.sampling import choose
 
 
 @dataclass
@@ -104,27 +106,6 @@ class GrowingFeatures:
             buffer[:, self.length : self.length + count] = values
         self.length += count
         return {layer: buffer[:, : self.length] for layer, buffer in self.buffers.items()}
-
-
-# --------------------------------------------------------------------------- verify cost
-@torch.no_grad()
-def verify_cost_curve(target, sizes, context: torch.Tensor, repeats: int = 5) -> dict[int, float]:
-    """Median seconds of one target pass over n new tokens after `context` [1, C], for each n in `sizes`.
-
-    The sizes are interleaved (reversed every other round) so that drift hits them alike; the
-    cache is cropped back to the context after every pass."""
-    sizes = sorted(set(sizes))
-    cache = DynamicCache(config=target.config)
-    target.forward(context[:, : context.shape[1] - max(sizes)].to(target.device), cache=cache, logits_to_keep=1)
-    times: dict[int, list[float]] = {n: [] for n in sizes}
-    for round_ in range(repeats):
-        for n in sizes if round_ % 2 == 0 else reversed(sizes):
-            chunk = context[:, context.shape[1] - max(sizes) : context.shape[1] - max(sizes) + n].to(target.device)
-            start = time.perf_counter()
-            target.forward(chunk, cache=cache)
-            times[n].append(time.perf_counter() - start)
-            cache.crop(-n)
-    return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
 
 
 # --------------------------------------------------------------------------- prefill

@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 
 from draftsmith.drafters import Draft, Sampling
-from draftsmith.drafters.tree import tree_attention_mask  # noqa: F401  (the decoder imports it from here)
-from draftsmith.sampling import choose, target_probs  # noqa: F401  (the decoder imports choose from here)
+from draftsmith.sampling import target_probs
 
 
 def _sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
