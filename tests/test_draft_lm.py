@@ -174,7 +174,24 @@ def test_the_recipe_trains_reports_and_resumes_a_draft_lm(tmp_path):
     assert main(["train", str(tmp_path / "recipe.yaml")]) == 0
     results = json.loads((tmp_path / "run" / "eval" / "results.json").read_text())
     assert results["lossless"] == {"checked": 2, "identical": 2} and results["drafter"]["kind"] == "draft_lm"
+    assisted = results["assisted_generate"]  # the same folder in generate(assistant_model=...), same prompts
+    assert assisted["identical_to_plain"] == 2 and assisted["speedup_vs_transformers"] > 0
+    assert "generate(assistant_model) vs generate()" in (tmp_path / "run" / "eval" / "report.md").read_text()
     log = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any("acc_0" in r and r["split"] == "eval" and "acceptance_length" in r for r in log)
     assert main(["train", str(tmp_path / "recipe.yaml"), "resume=true", "train.max_steps=6"]) == 0
     assert json.loads((tmp_path / "run" / "checkpoint-6" / "trainer_state.json").read_text())["step"] == 6
+
+    # the hf export: a folder transformers loads as it is, with a card that says how to use it
+    assert main(["export", str(tmp_path / "run" / "best"), "--format", "hf", "--out", str(tmp_path / "hf")]) == 0
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert not any(key.startswith("draftsmith") or key.startswith("target_") for key in config)
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "assistant_model=draft" in card and '"method": "draft_model"' in card
+    final = json.loads((tmp_path / "run" / "eval" / "results.json").read_text())  # the resumed run's report
+    assert f"{final['acceptance_length']:.3f}" in card
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "hf").config.num_hidden_layers == 2
+    assert main(["export", str(tmp_path / "run" / "best"), "--format", "speculators", "--out", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()

@@ -12,7 +12,8 @@ from test_export_support import (
 )
 
 from draftsmith import export as ex
-from draftsmith import export_check
+from draftsmith.export import eagle3
+from draftsmith.export import check as export_check
 from draftsmith.errors import DraftsmithError
 
 
@@ -26,17 +27,17 @@ def exported(checkpoint, tmp_path, fmt, name=None):
 
 
 def expected():
-    return ex.Expected(TARGET_LAYERS, LAYERS, HIDDEN, VOCAB)
+    return eagle3.Expected(TARGET_LAYERS, LAYERS, HIDDEN, VOCAB)
 
 
 # --------------------------------------------------------------------------- conventions
 def test_layer_id_conventions_follow_design_section_4():
     # EAGLE-3 default for a 30-layer target in our convention: 1, L/2-1, L-4
     ours = [1, 14, 26]
-    assert ex.to_format_layer_ids("speculators", ours) == [2, 15, 27]  # vLLM's own fallback: 2, L/2, L-3
-    assert ex.to_format_layer_ids("sglang", ours) == [1, 14, 26]
-    for fmt in ex.FORMATS:
-        assert ex.from_format_layer_ids(fmt, ex.to_format_layer_ids(fmt, ours)) == ours
+    assert eagle3.to_format_layer_ids("speculators", ours) == [2, 15, 27]  # vLLM's own fallback: 2, L/2, L-3
+    assert eagle3.to_format_layer_ids("sglang", ours) == [1, 14, 26]
+    for fmt in eagle3.FORMATS:
+        assert eagle3.from_format_layer_ids(fmt, eagle3.to_format_layer_ids(fmt, ours)) == ours
     # the last layer's output cannot be captured by either engine (they capture before a layer runs)
     assert export_check.format_layer_id_range("speculators", 30) == range(1, 30)
     assert export_check.format_layer_id_range("sglang", 30) == range(0, 29)
@@ -114,15 +115,15 @@ def test_target_name_comes_from_the_run_or_the_command_line(tmp_path):
 def test_round_trip_gives_back_the_checkpoint(checkpoint, tmp_path):
     original = load_file(str(checkpoint / "model.safetensors"))
     assert "embed_tokens.weight" not in original  # the drafter folder never stores the frozen embedding
-    for fmt in ex.FORMATS:
-        found, meta, tensors = ex.to_checkpoint(exported(checkpoint, tmp_path, fmt))
+    for fmt in eagle3.FORMATS:
+        found, meta, tensors = eagle3.to_checkpoint(exported(checkpoint, tmp_path, fmt))
         assert found == fmt and meta["config"]["layers"] == TARGET_LAYERS
         assert meta["transformer_layer_config"]["draft_vocab_size"] == DRAFT_VOCAB
         assert meta["transformer_layer_config"]["num_key_value_heads"] == 2
         assert set(tensors) == set(original)
         assert all(torch.equal(tensors[n], original[n]) for n in original)
-        assert ex.is_export(tmp_path / fmt)
-    assert not ex.is_export(checkpoint)
+        assert eagle3.is_export(tmp_path / fmt)
+    assert not eagle3.is_export(checkpoint)
 
 
 def test_non_eagle3_checkpoints_are_refused(tmp_path):
@@ -186,17 +187,17 @@ DEFECTS = {
 def test_validator_catches(defect, checkpoint, tmp_path):
     fmt, config_edit, tensor_edit, message = DEFECTS[defect]
     out = exported(checkpoint, tmp_path, fmt)
-    assert ex.validate_export(out, fmt, expected()) == fmt  # the clean export passes
+    assert eagle3.validate_export(out, fmt, expected()) == fmt  # the clean export passes
     rewrite(out, config_edit, tensor_edit)
     with pytest.raises(DraftsmithError, match=message):
-        ex.validate_export(out, fmt, expected())
+        eagle3.validate_export(out, fmt, expected())
 
 
 def test_validator_without_expectations_still_catches_speculators_layer_zero(checkpoint, tmp_path):
     out = exported(checkpoint, tmp_path, "speculators")
     rewrite(out, lambda c: c.update(eagle_aux_hidden_state_layer_ids=[0, 3, 4]))
     with pytest.raises(DraftsmithError, match="below what speculators can capture"):
-        ex.validate_export(out)
+        eagle3.validate_export(out)
 
 
 def test_validator_accepts_offsets_that_happen_to_be_arange(checkpoint, tmp_path):
@@ -214,7 +215,7 @@ def test_validator_requires_safetensors_only(name, checkpoint, tmp_path):
     out = exported(checkpoint, tmp_path, "speculators")
     (out / name).write_bytes(b"x")
     with pytest.raises(DraftsmithError, match=name.replace(".", r"\.")):
-        ex.validate_export(out)
+        eagle3.validate_export(out)
 
 
 # --------------------------------------------------------------------------- atomicity
@@ -227,12 +228,12 @@ def test_failed_export_leaves_no_folder_behind(tmp_path, monkeypatch):
 
 def test_a_writer_bug_is_caught_by_the_round_trip_check(checkpoint, tmp_path, monkeypatch):
     def swapped(ckpt):  # a plausible bug: k and v swapped; every shape still checks out
-        tensors = ex.speculators_tensors(ckpt)
+        tensors = eagle3.speculators_tensors(ckpt)
         k, v = "layers.0.self_attn.k_proj.weight", "layers.0.self_attn.v_proj.weight"
         tensors[k], tensors[v] = tensors[v], tensors[k]
         return tensors
 
-    monkeypatch.setitem(ex.WRITERS, "speculators", (ex.speculators_config, swapped))
+    monkeypatch.setitem(eagle3.WRITERS, "speculators", (eagle3.speculators_config, swapped))
     with pytest.raises(DraftsmithError, match="changed in the round trip"):
         ex.export(checkpoint, "speculators", tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -245,9 +246,9 @@ def test_existing_output_needs_force_and_survives_a_failed_replace(checkpoint, t
     bad = make_checkpoint(tmp_path / "bad", layers=[4, 1, 3])  # engines concatenate in layer order
     with pytest.raises(DraftsmithError):
         ex.export(bad, "speculators", out, force=True)
-    assert ex.validate_export(out, "speculators", expected()) == "speculators"  # the old export is intact
+    assert eagle3.validate_export(out, "speculators", expected()) == "speculators"  # the old export is intact
     ex.export(checkpoint, "sglang", out, force=True)
-    assert ex.validate_export(out) == "sglang"
+    assert eagle3.validate_export(out) == "sglang"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "out", "run"]
 
 

@@ -13,7 +13,8 @@ import yaml
 from test_export_support import TARGET_HUB_ID, always_accepted_target, make_checkpoint
 
 from draftsmith import export as ex
-from draftsmith import model_card
+from draftsmith.export import eagle3
+from draftsmith.export import card as model_card
 from draftsmith.cli import main
 from draftsmith.errors import DraftsmithError
 
@@ -62,7 +63,7 @@ def test_card_reports_the_real_eval_numbers(evaluated, tmp_path):
     assert "1200" in card and "345678" in card and "https://wandb.ai/team/drafters/runs/abc123" in card
     assert f"vllm serve {TARGET_HUB_ID}" in card and '"method": "eagle3"' in card
     assert "--speculative-algorithm EAGLE3" in card
-    assert ex.validate_export(out) == "speculators"  # the card and plot are allowed files
+    assert eagle3.validate_export(out) == "speculators"  # the card and plot are allowed files
 
 
 def test_card_finds_results_under_the_checkpoint(evaluated, tmp_path):
@@ -100,11 +101,11 @@ def test_results_of_another_drafter_are_refused_or_skipped(evaluated, tmp_path):
 
 
 def test_render_card_states_layer_ids_in_both_conventions():
-    facts = model_card.CardFacts(
+    facts = eagle3.CardFacts(
         fmt="speculators", model_ref="me/drafter", verifier="./local-target", verifier_is_hub_id=False,
         target_layers=[1, 14, 26], format_layer_ids=[2, 15, 27], draft_vocab_size=32000, target_vocab_size=49152,
         hidden_size=576, parameters=1234, speculative_tokens=4)
-    card = model_card.render_card(facts)
+    card = eagle3.render_card(facts)
     assert "base_model" not in front_matter(card)  # never a made-up hub id
     assert "1, 14, 26" in card and "[2, 15, 27]" in card
     assert '"num_speculative_tokens": 4' in card and "me/drafter" in card
@@ -113,11 +114,11 @@ def test_render_card_states_layer_ids_in_both_conventions():
 
 @pytest.mark.parametrize("trained_on", ["smollm2-135m-instruct", "/models/SmolLM2-135M-Instruct.Q4_1.gguf", TARGET_HUB_ID])
 def test_card_says_which_weights_the_drafter_was_trained_against(trained_on):
-    facts = model_card.CardFacts(
+    facts = eagle3.CardFacts(
         fmt="speculators", model_ref="me/drafter", verifier=TARGET_HUB_ID, verifier_is_hub_id=True,
         target_layers=[1, 14, 26], format_layer_ids=[2, 15, 27], draft_vocab_size=32000, target_vocab_size=49152,
         hidden_size=576, parameters=1234, speculative_tokens=4, training={"target": trained_on})
-    card = model_card.render_card(facts)
+    card = eagle3.render_card(facts)
     if trained_on == TARGET_HUB_ID:  # trained against the verifier itself: nothing to warn about
         assert "Verifier weights" not in card
     else:
@@ -191,7 +192,7 @@ def test_push_without_network_is_a_clear_error_and_keeps_the_folder(tmp_path, mo
         model_card.push_to_hub(out, "me/x", api=FakeApi(fail=httpx.ConnectError("no route to huggingface.co")))
     assert "Could not reach the Hugging Face Hub" in str(err.value) and str(out) in str(err.value)
     assert "hf_secret_token_value" not in str(err.value)
-    assert ex.validate_export(out) == "sglang"
+    assert eagle3.validate_export(out) == "sglang"
     for path in out.iterdir():
         assert b"hf_secret_token_value" not in path.read_bytes()
 

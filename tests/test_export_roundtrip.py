@@ -7,6 +7,7 @@ import torch
 from test_export_support import make_checkpoint, rewrite, target
 
 from draftsmith import export as ex
+from draftsmith.export import eagle3
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, kind_module
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval import metrics
@@ -19,7 +20,7 @@ PROMPTS = [[257, 72, 101, 108, 108, 111, 258], [257, 1, 2, 3, 1, 2, 3, 1, 2], [4
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("roundtrip")
     checkpoint = make_checkpoint(root / "run", seed=3)
-    return checkpoint, {fmt: ex.export(checkpoint, fmt, root / fmt) for fmt in ex.FORMATS}
+    return checkpoint, {fmt: ex.export(checkpoint, fmt, root / fmt) for fmt in eagle3.FORMATS}
 
 
 def decode(proposer, shape, sampling):
@@ -29,11 +30,11 @@ def decode(proposer, shape, sampling):
     return [g.tokens for g in runs], metrics.acceptance(runs)
 
 
-@pytest.mark.parametrize("fmt", ex.FORMATS)
+@pytest.mark.parametrize("fmt", eagle3.FORMATS)
 def test_draft_logits_are_identical(folders, fmt):
     checkpoint, exported = folders
     original = kind_module("eagle").load_proposer(checkpoint, target())
-    loaded = ex.load_exported(exported[fmt], target())
+    loaded = eagle3.load_exported(exported[fmt], target())
     tokens = torch.tensor([PROMPTS[0]])
     layers = original.required_layers
     assert loaded.required_layers == layers
@@ -46,7 +47,7 @@ def test_draft_logits_are_identical(folders, fmt):
     assert torch.equal(logits_a, logits_b)
 
 
-@pytest.mark.parametrize("fmt", ex.FORMATS)
+@pytest.mark.parametrize("fmt", eagle3.FORMATS)
 @pytest.mark.parametrize("shape,sampling", [
     (DraftShape(length=4), Sampling()),
     (DraftShape(tree=(3, 2, 6)), Sampling()),
@@ -55,7 +56,7 @@ def test_draft_logits_are_identical(folders, fmt):
 def test_same_tokens_and_acceptance_as_the_checkpoint(folders, fmt, shape, sampling):
     checkpoint, exported = folders
     tokens_a, acceptance_a = decode(kind_module("eagle").load_proposer(checkpoint, target()), shape, sampling)
-    tokens_b, acceptance_b = decode(ex.load_exported(exported[fmt], target()), shape, sampling)
+    tokens_b, acceptance_b = decode(eagle3.load_exported(exported[fmt], target()), shape, sampling)
     assert tokens_a == tokens_b
     assert acceptance_a == acceptance_b
     assert acceptance_a["verify_passes"] > 0
@@ -69,7 +70,7 @@ def test_a_broken_export_does_not_load(folders, tmp_path):
     shutil.copytree(exported["speculators"], broken)
     rewrite(broken, lambda c: c.pop("eagle_aux_hidden_state_layer_ids"))
     with pytest.raises(DraftsmithError, match="aux hidden-state layer ids"):
-        ex.load_exported(broken, target())
+        eagle3.load_exported(broken, target())
 
 
 def test_an_export_for_another_target_does_not_load(folders):
@@ -77,7 +78,7 @@ def test_an_export_for_another_target_does_not_load(folders):
 
     _, exported = folders
     with pytest.raises(DraftsmithError, match="fc input width|vocab_size|out of range"):
-        ex.load_exported(exported["sglang"], tiny_target("llama", hidden_size=32))
+        eagle3.load_exported(exported["sglang"], tiny_target("llama", hidden_size=32))
 
 
 def test_round_trip_keeps_a_high_acceptance(tmp_path):
@@ -88,7 +89,7 @@ def test_round_trip_keeps_a_high_acceptance(tmp_path):
     shape, sampling = DraftShape(length=4), Sampling()
     runs = {}
     for name, proposer in [("checkpoint", kind_module("eagle").load_proposer(checkpoint, rigged))] + [
-            (fmt, ex.load_exported(ex.export(checkpoint, fmt, tmp_path / fmt), rigged)) for fmt in ex.FORMATS]:
+            (fmt, eagle3.load_exported(ex.export(checkpoint, fmt, tmp_path / fmt), rigged)) for fmt in eagle3.FORMATS]:
         generations = [speculative_generate(rigged, proposer, torch.tensor([p]), shape, sampling, 21) for p in PROMPTS]
         runs[name] = ([g.tokens for g in generations], metrics.acceptance(generations))
     assert runs["checkpoint"][1]["acceptance_length"] == 5.0  # every draft accepted: 4 drafted + 1 bonus

@@ -8,7 +8,7 @@ import torch
 
 from draftsmith import export as ex
 from draftsmith.drafters import eagle
-from draftsmith.export_check import to_format_layer_ids
+from draftsmith.export.check import to_format_layer_ids
 from speculators_parity import compare, ours_eagle3_logits, speculators_eagle3_logits
 from test_export_support import draft_vocab
 from tiny import save_target, tiny_target

@@ -271,6 +271,11 @@ class DraftLM:
         self.cache = DynamicCache(config=self.model.config)
         self.cached = torch.zeros(0, dtype=torch.long)  # tokens whose keys/values the cache holds
 
+    @property
+    def assistant_model(self):
+        """The draft model itself, for `generate(assistant_model=...)`."""
+        return self.model.model
+
     def describe(self) -> dict:
         """Kind, source and size of the draft model, for reports."""
         params = sum(p.numel() for p in self.model.model.parameters())

@@ -50,6 +50,12 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
         ("draft time fraction", _num(results["draft_time_fraction"], 3)),
         ("lossless (identical / checked)", f"{results['lossless']['identical']} / {results['lossless']['checked']}"),
     ]
+    assisted = results.get("assisted_generate")
+    if assisted:  # a draft LM: the same model in transformers' assisted generation
+        rows += [("generate(assistant_model) vs generate()", _num(assisted["speedup_vs_transformers"]) + "×"),
+                 ("ours vs generate(assistant_model)", _num(assisted["ours_vs_assisted"]) + "×"),
+                 ("generate(assistant_model) identical to plain", f"{assisted['identical_to_plain']} / "
+                  f"{results['lossless']['checked']}")]
     return rows
 
 

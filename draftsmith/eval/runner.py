@@ -50,9 +50,9 @@ def drafter_kind(spec: str) -> str:
     if kind is not None:
         kind_module(kind)  # an unknown kind is an error here, with the known ones listed
         return kind
-    from draftsmith import export
+    from draftsmith.export import eagle3
 
-    if export.is_export(folder):
+    if eagle3.is_export(folder):
         return "export"
     raise DraftsmithError(
         f"'{config_path}' has no \"draftsmith_kind\" key, so '{folder}' is not a draftsmith drafter. "
@@ -83,9 +83,9 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
         return draft_lm.load_proposer(spec[3:], target)
     folder = Path(spec).expanduser()
     if kind == "export":
-        from draftsmith import export
+        from draftsmith.export import eagle3
 
-        return export.load_exported(folder, target)
+        return eagle3.load_exported(folder, target)
     return kind_module(kind).load_proposer(folder, target)
 
 
@@ -110,8 +110,9 @@ def compare(
 ) -> dict:
     """Speculative vs plain vs generate(), interleaved prompt by prompt; every number of results.json."""
     eos = eos_ids(target)
-    _warm_up(target, proposer, shape, sampling, eos, transformers_baseline)
-    runs: dict[str, list[Generation]] = {"speculative": [], "plain": [], "transformers": []}
+    assisted = _assisted(proposer, shape) if transformers_baseline else None
+    _warm_up(target, proposer, shape, sampling, eos, transformers_baseline, assisted)
+    runs: dict[str, list[Generation]] = {"speculative": [], "plain": [], "transformers": [], "assisted": []}
     identical = 0
     for index, prompt in enumerate(_progress(prompts, progress, "eval")):
         ids = torch.tensor([prompt.token_ids], dtype=torch.long)
@@ -122,6 +123,9 @@ def compare(
         }
         if transformers_baseline:
             methods["transformers"] = lambda: hf_generate(target, ids, sampling, max_new_tokens, eos, seed + index)
+        if assisted is not None:  # the same draft model in transformers' own assisted generation
+            methods["assisted"] = lambda: hf_generate(target, ids, sampling, max_new_tokens, eos, seed + index,
+                                                      assistant_model=assisted)
         order = list(methods) if index % 2 == 0 else list(reversed(methods))  # no method always runs first
         for name in order:
             runs[name].append(methods[name]())
@@ -130,7 +134,7 @@ def compare(
 
 
 def _results(prompts, runs: dict[str, list[Generation]], sampling: Sampling, identical: int) -> dict:
-    speculative, plain, hf = runs["speculative"], runs["plain"], runs["transformers"]
+    speculative, plain, hf, assisted = runs["speculative"], runs["plain"], runs["transformers"], runs["assisted"]
     timing = metrics.timing(speculative)
     results = {
         **metrics.acceptance(speculative),
@@ -156,6 +160,12 @@ def _results(prompts, runs: dict[str, list[Generation]], sampling: Sampling, ide
         ],
         "definitions": metrics.DEFINITIONS,
     }
+    if assisted:
+        results["assisted_generate"] = {
+            "speedup_vs_transformers": metrics.speedup(assisted, hf), "speedup_vs_plain": metrics.speedup(assisted, plain),
+            "ours_vs_assisted": metrics.speedup(speculative, assisted), "timing": metrics.timing(assisted),
+            "identical_to_plain": sum(a.tokens == b.tokens for a, b in zip(assisted, plain)) if sampling.greedy else None,
+        }
     if not sampling.greedy:
         results["lossless"]["note"] = "sampled decoding: outputs differ run to run; losslessness is checked by the test suite"
     return results
@@ -194,13 +204,27 @@ def environment(target) -> dict:
     }
 
 
-def _warm_up(target, proposer, shape, sampling, eos, transformers_baseline: bool) -> None:
+def _warm_up(target, proposer, shape, sampling, eos, transformers_baseline: bool, assisted=None) -> None:
     """One short run of each method so one-time costs (allocations, kernel choice) are not timed."""
     ids = torch.tensor([[int(min(eos)) if eos else 0] * 4 + [1, 2, 3, 1, 2]], dtype=torch.long) % target.vocab_size
     speculative_generate(target, proposer, ids, shape, sampling, 8, set(), _generator(0, 0))
     plain_generate(target, ids, sampling, 8, set(), _generator(0, 0))
     if transformers_baseline:
         hf_generate(target, ids, sampling, 8, set())
+    if assisted is not None:
+        hf_generate(target, ids, sampling, 8, set(), assistant_model=assisted)
+
+
+def _assisted(proposer, shape: DraftShape):
+    """The proposer's draft model as `generate(assistant_model=...)` takes it, drafting `shape.length` tokens a
+    step like our chains (constant schedule, no early stop on confidence), or None for other drafters."""
+    model = getattr(proposer, "assistant_model", None)
+    if model is None:
+        return None
+    config = model.generation_config
+    config.num_assistant_tokens, config.num_assistant_tokens_schedule = shape.length, "constant"
+    config.assistant_confidence_threshold = 0.0
+    return model
 
 
 def _generator(seed: int, index: int) -> torch.Generator:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -18,6 +17,18 @@ import yaml
 from draftsmith.errors import DraftsmithError
 
 UNKNOWN = "not recorded"
+HUB_IDS = {"smollm2-135m-instruct": ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
+"""built-in target aliases -> the hub model they were made from, and its license (engines need a hub id)"""
+
+
+def is_hub_id(name: str) -> bool:
+    """`org/model` that is not a local path: what a model card may name as base_model."""
+    return name.count("/") == 1 and not Path(name).expanduser().exists() and not name.startswith((".", "/", "~"))
+
+
+def verifier_name(target_name: str) -> str:
+    """The hub id engines should load as the target of a drafter trained against `target_name`."""
+    return HUB_IDS[target_name][0] if target_name in HUB_IDS else target_name
 
 
 # --------------------------------------------------------------------------- finding the facts
@@ -37,9 +48,9 @@ def find_eval_results(checkpoint: Path, explicit: str | Path | None = None) -> P
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
-def eval_results_for(checkpoint: Path, explicit, target_layers: list[int],
-                     draft_vocab_size: int) -> tuple[Path | None, dict | None]:
-    """(path, results) of the eval run to report for this drafter, or (None, None).
+def eval_results_for(checkpoint: Path, explicit, matches, description: str) -> tuple[Path | None, dict | None]:
+    """(path, results) of the eval run to report for this drafter, or (None, None). `matches(results)` says
+    whether a results.json describes this drafter; `description` names it in the error.
 
     Results of another drafter are an error when passed explicitly and skipped when found by search.
     """
@@ -50,11 +61,11 @@ def eval_results_for(checkpoint: Path, explicit, target_layers: list[int],
         results = json.loads(path.read_text())
     except ValueError as err:
         raise DraftsmithError(f"'{path}' is not valid JSON ({err}); re-run `draftsmith eval`.") from None
-    if results.get("acceptance_length") is None or not results_match(results, target_layers, draft_vocab_size):
+    if results.get("acceptance_length") is None or not matches(results):
         if explicit is not None:
             raise DraftsmithError(
                 f"'{path}' does not hold results of this drafter (its drafter: {results.get('drafter')}; this one "
-                f"reads layers {target_layers} with a {draft_vocab_size}-token draft vocabulary).")
+                f"{description}).")
         return None, None
     return path, results
 
@@ -67,13 +78,6 @@ def find_training_info(checkpoint: Path) -> dict:
         if path.is_file():
             return json.loads(path.read_text())
     return {}
-
-
-def results_match(results: dict, target_layers: list[int], draft_vocab_size: int) -> bool:
-    """Whether a results.json describes this drafter (same feature layers and draft vocabulary)."""
-    drafter = results.get("drafter") or {}
-    return drafter.get("kind") == "eagle" and drafter.get("layers") == target_layers \
-        and drafter.get("draft_vocab_size") == draft_vocab_size
 
 
 def acceptance_plots(results_path: Path | None, results: dict | None, folder: Path) -> list[Path]:
@@ -102,53 +106,31 @@ def acceptance_plots(results_path: Path | None, results: dict | None, folder: Pa
     return [path]
 
 
-# --------------------------------------------------------------------------- rendering
-@dataclass
-class CardFacts:
-    """Everything the card states, gathered before rendering (rendering is a pure function)."""
-
-    fmt: str
-    model_ref: str  # what users pass to the engine: the hub repo id or the local folder
-    verifier: str
-    verifier_is_hub_id: bool
-    target_layers: list[int]
-    format_layer_ids: list[int]
-    draft_vocab_size: int
-    target_vocab_size: int
-    hidden_size: int
-    parameters: int
-    speculative_tokens: int
-    license: str | None = None
-    training: dict = field(default_factory=dict)
-    results: dict | None = None
-    results_source: str | None = None
-    plots: list[str] = field(default_factory=list)  # file names inside the export folder
-
-
-def _value(value) -> str:
+# --------------------------------------------------------------------------- rendering (shared sections)
+def value_text(value) -> str:
+    """A fact as card text ("not recorded" when missing)."""
     if value is None or value == "":
         return UNKNOWN
     if isinstance(value, float):
         return f"{value:.3f}"
     if isinstance(value, dict):
-        return ", ".join(f"{k}: {_value(v)}" for k, v in value.items())
+        return ", ".join(f"{k}: {value_text(v)}" for k, v in value.items())
     if isinstance(value, list):
-        return f"{len(value)} prompts" if value and isinstance(value[0], (str, dict)) else ", ".join(map(_value, value))
+        return f"{len(value)} prompts" if value and isinstance(value[0], (str, dict)) else ", ".join(map(value_text, value))
     return str(value)
 
 
-def _front_matter(facts: CardFacts) -> str:
-    meta = {"library_name": "draftsmith",
-            "tags": list(dict.fromkeys(["speculative-decoding", "eagle3", "draftsmith", facts.fmt,
-                                        "vllm" if facts.fmt == "speculators" else "sglang"]))}
-    if facts.verifier_is_hub_id:
-        meta["base_model"] = facts.verifier
-    if facts.license:
-        meta["license"] = facts.license
+def front_matter(tags: list[str], verifier: str, verifier_is_hub_id: bool, license: str | None) -> str:
+    """The Hub metadata block (each tag once; base_model only for a real hub id)."""
+    meta: dict = {"library_name": "draftsmith", "tags": list(dict.fromkeys(tags))}
+    if verifier_is_hub_id:
+        meta["base_model"] = verifier
+    if license:
+        meta["license"] = license
     return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
 
 
-def _training_section(training: dict) -> str:
+def training_section(training: dict) -> str:
     rows = [("recipe", training.get("recipe")), ("training data", training.get("data")),
             ("examples", training.get("examples")), ("tokens", training.get("tokens")),
             ("steps", training.get("steps")), ("epochs", training.get("epochs")),
@@ -159,7 +141,7 @@ def _training_section(training: dict) -> str:
         lines.append("No training.json was found next to the checkpoint, so the recipe, data size, steps and "
                      "hardware are unknown.")
         return "\n".join(lines) + "\n"
-    lines += ["| | |", "|---|---|"] + [f"| {name} | {_value(value)} |" for name, value in rows]
+    lines += ["| | |", "|---|---|"] + [f"| {name} | {value_text(value)} |" for name, value in rows]
     run = training.get("wandb") or {}
     if run.get("url"):
         lines += ["", f"Training run on Weights & Biases: {run['url']}"]
@@ -170,7 +152,7 @@ def _training_section(training: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _results_rows(results: dict) -> list[tuple[str, object]]:
+def results_rows(results: dict) -> list[tuple[str, object]]:
     """The card's results table from a `draftsmith eval` results.json (missing entries -> not recorded)."""
     config, env = results.get("config") or {}, results.get("environment") or {}
     per_position = results.get("acceptance_per_position") or []
@@ -198,40 +180,20 @@ def _results_rows(results: dict) -> list[tuple[str, object]]:
     ]
 
 
-def _results_section(facts: CardFacts) -> str:
+def results_section(results: dict | None, source: str | None, plots: list[str]) -> str:
     lines = ["## Measured results", ""]
-    if not facts.results:
+    if not results:
         lines.append("No `draftsmith eval` results were found for this drafter, so this card reports no "
                      "acceptance or speed numbers. Measure them with `draftsmith eval --drafter DIR --out EVAL_DIR` "
                      "and export again with `--eval-results EVAL_DIR`.")
         return "\n".join(lines) + "\n"
     lines += ["| metric | value |", "|---|---|"]
-    lines += [f"| {name} | {_value(value)} |" for name, value in _results_rows(facts.results)]
-    source = "/".join(Path(facts.results_source or "results.json").parts[-2:])
+    lines += [f"| {name} | {value_text(value)} |" for name, value in results_rows(results)]
+    source = "/".join(Path(source or "results.json").parts[-2:])
     lines += ["", f"Every number above is copied from `{source}`, written by `draftsmith eval` with the settings "
                   "listed; none is estimated."]
-    for plot in facts.plots:
+    for plot in plots:
         lines += ["", f"![{Path(plot).stem.replace('_', ' ')}]({plot})"]
-    return "\n".join(lines) + "\n"
-
-
-def _serving_section(facts: CardFacts) -> str:
-    k = facts.speculative_tokens
-    vllm_config = json.dumps({"method": "eagle3", "model": facts.model_ref, "num_speculative_tokens": k})
-    vllm = f"vllm serve {facts.verifier} \\\n  --speculative-config '{vllm_config}'"
-    sglang = (f"python -m sglang.launch_server --model-path {facts.verifier} \\\n"
-              f"  --speculative-algorithm EAGLE3 --speculative-draft-model-path {facts.model_ref} \\\n"
-              f"  --speculative-num-steps {k} --speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}")
-    native, other = ("vLLM", "SGLang") if facts.fmt == "speculators" else ("SGLang", "vLLM")
-    other_fmt = "sglang" if facts.fmt == "speculators" else "speculators"
-    lines = ["## Serving", "", f"This folder is in the **{facts.fmt}** format, which {native} loads.", ""]
-    first, second = (vllm, sglang) if facts.fmt == "speculators" else (sglang, vllm)
-    lines += ["```bash", first, "```", "",
-              f"For {other}, export the same checkpoint with `draftsmith export CHECKPOINT --format {other_fmt}` "
-              f"and point this command at that folder:", "", "```bash",
-              second.replace(facts.model_ref, "EXPORTED_DIR"), "```"]
-    if not facts.verifier_is_hub_id:
-        lines += ["", f"`{facts.verifier}` is not a hub id; replace it with the hub id or folder of the target model."]
     return "\n".join(lines) + "\n"
 
 
@@ -247,50 +209,28 @@ def _trained_against_gguf(training: dict) -> str | None:
     return f"`{Path(name).name}`" if name.endswith(".gguf") else None  # load_target's own rule for GGUF files
 
 
-def _verifier_section(facts: CardFacts) -> str:
+def verifier_section(training: dict, verifier: str) -> str:
     """Which weights the drafter was trained against, when they are not the verifier's own."""
-    gguf = _trained_against_gguf(facts.training)
+    gguf = _trained_against_gguf(training)
     if gguf is None:
         return ""
     return "\n".join([
         "## Verifier weights", "",
         f"This drafter was trained against the dequantized GGUF weights {gguf}, not the full-precision "
-        f"`{facts.verifier}` named as the verifier above. Speculative output is still exactly the verifier's own, "
+        f"`{verifier}` named as the verifier above. Speculative output is still exactly the verifier's own, "
         "but the acceptance measured here comes from the GGUF weights: a full-precision verifier may accept "
         "slightly differently. To name other verifier weights in config.json and this card, export with "
         "`draftsmith export CHECKPOINT --verifier HUB_ID_OR_FOLDER`.", ""])
 
 
-def render_card(facts: CardFacts) -> str:
-    """The README.md of an export: Hub metadata, what the drafter is, training, results, serving."""
-    shift = "+1, vLLM collects the stream entering a layer" if facts.fmt == "speculators" else \
-        "unchanged, SGLang adds 1 itself"
-    about = [
-        f"# EAGLE-3 drafter for {facts.verifier}", "",
-        f"A speculative-decoding drafter trained with draftsmith for `{facts.verifier}`: "
-        "one decoder layer reads the target's hidden states from three layers plus the last token and drafts the "
-        "next tokens, which the target verifies in one pass. Output is identical to the target's own decoding; "
-        "only the speed changes.", "",
-        "| | |", "|---|---|",
-        f"| target layers read (output of 0-based layer) | {', '.join(map(str, facts.target_layers))} |",
-        f"| `eagle_aux_hidden_state_layer_ids` in config.json | {facts.format_layer_ids} ({shift}) |",
-        f"| draft vocabulary | {facts.draft_vocab_size} of {facts.target_vocab_size} target tokens (`d2t`/`t2d` map) |",
-        f"| hidden size | {facts.hidden_size} |",
-        f"| parameters | {facts.parameters:,} |",
-        f"| format | {facts.fmt} |", "",
-    ]
-    return "\n".join([_front_matter(facts), "\n".join(about), _training_section(facts.training),
-                      _results_section(facts), _verifier_section(facts), _serving_section(facts)])
-
-
-def write_card(folder: Path, facts: CardFacts, plots: list[Path]) -> None:
-    """Copy the plots into the export folder (if not drawn there) and write README.md."""
-    facts.plots = []
+def write_card(folder: Path, text: str, plots: list[Path]) -> list[str]:
+    """Copy the plots into the export folder (if not drawn there) and write README.md; returns the plot names
+    (which `text` should reference)."""
     for plot in plots:
         if plot.parent != folder:
             shutil.copyfile(plot, folder / plot.name)
-        facts.plots.append(plot.name)
-    (folder / "README.md").write_text(render_card(facts))
+    (folder / "README.md").write_text(text)
+    return [plot.name for plot in plots]
 
 
 # --------------------------------------------------------------------------- W&B

@@ -1,4 +1,4 @@
-"""`draftsmith export`: ship a trained EAGLE-3 drafter in the folder layouts serving engines load.
+"""EAGLE-3 exports: a trained EAGLE-3 drafter in the folder layouts serving engines load.
 
 Formats (DESIGN §4):
 - `speculators`: the vLLM / speculators layout (`speculators_model_type: "eagle3"`,
@@ -16,25 +16,23 @@ back and compared with the checkpoint tensor for tensor, and only then renamed i
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.files import replace_folder
-from draftsmith.export_check import (
-    FORMATS, SGLANG_EXTRA_KEYS, SGLANG_FIRST_LAYER, Expected, check_files, Problems, raise_problems, detect_format,
+from draftsmith.export import card
+from draftsmith.export.check import FORMATS as FORMATS  # the formats this writer writes (export/__init__.py)
+from draftsmith.export.check import (
+    SGLANG_EXTRA_KEYS, SGLANG_FIRST_LAYER, Expected, check_files, Problems, raise_problems, detect_format,
     from_format_layer_ids, to_format_layer_ids, validate_export,
 )
 
 
-# Built-in target aliases -> the hub model they were made from (serving engines need a hub id).
-HUB_IDS = {"smollm2-135m-instruct": ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
+HUB_IDS = card.HUB_IDS
 
 
 # --------------------------------------------------------------------------- the checkpoint
@@ -113,7 +111,7 @@ class Eagle3Checkpoint:
 
     def verifier(self) -> str:
         """The hub id engines should load as the target."""
-        return HUB_IDS[self.target_name][0] if self.target_name in HUB_IDS else self.target_name
+        return card.verifier_name(self.target_name)
 
     def verifier_architectures(self) -> list[str]:
         """The target's architectures when the checkpoint records them (engines use them only as hints)."""
@@ -155,9 +153,7 @@ def read_checkpoint(folder: str | Path, target_name: str | None = None) -> Eagle
 
 def _training_target(folder: Path) -> str | None:
     """The target name recorded by the training run (training.json in the run folder), if any."""
-    from draftsmith.model_card import find_training_info
-
-    return find_training_info(folder).get("target")
+    return card.find_training_info(folder).get("target")
 
 
 # --------------------------------------------------------------------------- writers
@@ -334,48 +330,35 @@ def check_round_trip(ckpt: Eagle3Checkpoint, folder: Path) -> None:
         raise_problems(folder, problems)
 
 
-def export(checkpoint: str | Path, fmt: str, out: str | Path, **options) -> Path:
-    """Write, validate and round-trip-check an export in a staging folder, then move it to `out`."""
-    return export_with_card(checkpoint, fmt, out, **options)[0]
-
-
-def export_with_card(checkpoint: str | Path, fmt: str, out: str | Path, *, speculative_tokens: int | None = None,
-                     eval_results: str | Path | None = None, repo_id: str | None = None, verifier: str | None = None,
-                     license: str | None = None, force: bool = False):
-    """`export`, also returning the model card's facts (results, training info) for W&B and the CLI."""
-    from draftsmith import model_card
-
-    if fmt not in FORMATS:
-        raise DraftsmithError(f"Unknown export format '{fmt}'. Use one of: {', '.join(FORMATS)}.")
-    ckpt = read_checkpoint(checkpoint, target_name=verifier)
-    out = Path(out).expanduser().absolute()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise DraftsmithError(f"'{out}' already exists and is not empty. Choose another --out or pass --force.")
-    if out.resolve() == ckpt.folder.resolve():
-        raise DraftsmithError("--out must differ from the checkpoint folder.")
+def write(checkpoint: str | Path, fmt: str, staging: Path, options) -> CardFacts:
+    """Write `fmt` of the EAGLE-3 checkpoint into `staging`, validate it, check the round trip, add the card.
+    `options`: speculative_tokens, eval_results, repo_id, verifier, license (see `draftsmith export --help`)."""
+    ckpt = read_checkpoint(checkpoint, target_name=options.verifier)
     expected = Expected(ckpt.target_layers, ckpt.num_target_layers, ckpt.target_hidden_size, ckpt.target_vocab_size)
-    results_path, results = model_card.eval_results_for(ckpt.folder, eval_results, ckpt.target_layers,
-                                                        ckpt.draft_vocab_size)
-    speculative_tokens = speculative_tokens or _measured_draft_length(results) or 3
-    facts = card_facts(ckpt, fmt, repo_id or str(out), speculative_tokens, license)
+    results_path, results = card.eval_results_for(
+        ckpt.folder, options.eval_results, lambda r: results_match(r, ckpt.target_layers, ckpt.draft_vocab_size),
+        f"reads layers {ckpt.target_layers} with a {ckpt.draft_vocab_size}-token draft vocabulary")
+    speculative_tokens = options.speculative_tokens or _measured_draft_length(results) or 3
+    facts = card_facts(ckpt, fmt, options.repo_id or str(options.out), speculative_tokens, options.license)
     facts.results, facts.results_source = results, str(results_path) if results_path else None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
-    try:
-        staging.chmod(0o755)
-        write_format(ckpt, fmt, staging, speculative_tokens)
-        validate_export(staging, fmt, expected)
-        check_round_trip(ckpt, staging)
-        model_card.write_card(staging, facts, model_card.acceptance_plots(results_path, results, staging))
-        problems = Problems()
-        check_files(staging, problems)  # the card adds README.md and PNGs only
-        if problems:
-            raise_problems(staging, problems)
-        replace_folder(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out, facts
+    write_format(ckpt, fmt, staging, speculative_tokens)
+    validate_export(staging, fmt, expected)
+    check_round_trip(ckpt, staging)
+    plots = card.acceptance_plots(results_path, results, staging)
+    facts.plots = [plot.name for plot in plots]
+    card.write_card(staging, render_card(facts), plots)
+    problems = Problems()
+    check_files(staging, problems)  # the card adds README.md and PNGs only
+    if problems:
+        raise_problems(staging, problems)
+    return facts
+
+
+def results_match(results: dict, target_layers: list[int], draft_vocab_size: int) -> bool:
+    """Whether a results.json describes this drafter (same feature layers and draft vocabulary)."""
+    drafter = results.get("drafter") or {}
+    return drafter.get("kind") == "eagle" and drafter.get("layers") == target_layers \
+        and drafter.get("draft_vocab_size") == draft_vocab_size
 
 
 def _measured_draft_length(results: dict | None) -> int | None:
@@ -386,69 +369,84 @@ def _measured_draft_length(results: dict | None) -> int | None:
     return config.get("draft_length")
 
 
+# --------------------------------------------------------------------------- the model card
+@dataclass
+class CardFacts:
+    """Everything the card states, gathered before rendering (rendering is a pure function)."""
+
+    fmt: str
+    model_ref: str  # what users pass to the engine: the hub repo id or the local folder
+    verifier: str
+    verifier_is_hub_id: bool
+    target_layers: list[int]
+    format_layer_ids: list[int]
+    draft_vocab_size: int
+    target_vocab_size: int
+    hidden_size: int
+    parameters: int
+    speculative_tokens: int
+    license: str | None = None
+    training: dict = field(default_factory=dict)
+    results: dict | None = None
+    results_source: str | None = None
+    plots: list[str] = field(default_factory=list)  # file names inside the export folder
+
+
 def card_facts(ckpt: Eagle3Checkpoint, fmt: str, model_ref: str, speculative_tokens: int, license: str | None):
     """Gather what the model card states about this checkpoint."""
-    from draftsmith import model_card
-
     name = ckpt.verifier()
-    is_hub_id = name.count("/") == 1 and not Path(name).expanduser().exists() and not name.startswith((".", "/", "~"))
-    return model_card.CardFacts(
-        fmt=fmt, model_ref=model_ref, verifier=name, verifier_is_hub_id=is_hub_id,
+    return CardFacts(
+        fmt=fmt, model_ref=model_ref, verifier=name, verifier_is_hub_id=card.is_hub_id(name),
         target_layers=ckpt.target_layers, format_layer_ids=to_format_layer_ids(fmt, ckpt.target_layers),
         draft_vocab_size=ckpt.draft_vocab_size, target_vocab_size=ckpt.target_vocab_size,
         hidden_size=int(ckpt.layer["hidden_size"]),
         parameters=sum(t.numel() for n, t in drafter_tensors(ckpt).items() if n not in ("d2t", "t2d")),
         speculative_tokens=speculative_tokens,
         license=license or dict(HUB_IDS.values()).get(name),
-        training=model_card.find_training_info(ckpt.folder),
+        training=card.find_training_info(ckpt.folder),
     )
 
 
-# --------------------------------------------------------------------------- command line
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `export` subcommand."""
-    parser = subparsers.add_parser(
-        "export",
-        help="Write a trained EAGLE-3 drafter as a vLLM (speculators) or SGLang folder with a model card.",
-        description="Convert a drafter checkpoint into the folder layout a serving engine loads, validate it "
-        "field by field (aux layer ids, d2t/t2d, shapes, unknown keys), check the round trip, write a model "
-        "card with measured results, and optionally push it to the Hugging Face Hub.",
-    )
-    parser.add_argument("checkpoint", help="drafter checkpoint folder written by `draftsmith train`")
-    parser.add_argument("--format", required=True, choices=FORMATS,
-                        help="speculators (vLLM) or sglang (SGLang native EAGLE-3)")
-    parser.add_argument("--out", required=True, help="folder to create (must not exist, or be empty)")
-    parser.add_argument("--speculative-tokens", type=int,
-                        help="draft length written into the speculators config and the serving commands (default: "
-                        "the draft length of the reported eval run, else 3)")
-    parser.add_argument("--eval-results", help="results.json (or its folder) from `draftsmith eval` for the card; "
-                        "default: the newest results.json under the checkpoint folder or in the run's eval/ folder beside it")
-    parser.add_argument("--verifier", help="hub id of the target to write into the config and card (default: the "
-                        "target the drafter was trained on)")
-    parser.add_argument("--license", help="license for the card metadata (default: the target's, when known)")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
-    parser.add_argument("--push-to-hub", metavar="REPO_ID", help="upload the folder to this Hub model repo")
-    parser.add_argument("--private", action="store_true", help="create the Hub repo as private")
-    parser.add_argument("--revision", help="branch to upload to (created if missing)")
-    parser.add_argument("--no-wandb", action="store_true", help="do not log eval results to the training W&B run")
+def _serving_section(facts: CardFacts) -> str:
+    k = facts.speculative_tokens
+    vllm_config = json.dumps({"method": "eagle3", "model": facts.model_ref, "num_speculative_tokens": k})
+    vllm = f"vllm serve {facts.verifier} \\\n  --speculative-config '{vllm_config}'"
+    sglang = (f"python -m sglang.launch_server --model-path {facts.verifier} \\\n"
+              f"  --speculative-algorithm EAGLE3 --speculative-draft-model-path {facts.model_ref} \\\n"
+              f"  --speculative-num-steps {k} --speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}")
+    native, other = ("vLLM", "SGLang") if facts.fmt == "speculators" else ("SGLang", "vLLM")
+    other_fmt = "sglang" if facts.fmt == "speculators" else "speculators"
+    lines = ["## Serving", "", f"This folder is in the **{facts.fmt}** format, which {native} loads.", ""]
+    first, second = (vllm, sglang) if facts.fmt == "speculators" else (sglang, vllm)
+    lines += ["```bash", first, "```", "",
+              f"For {other}, export the same checkpoint with `draftsmith export CHECKPOINT --format {other_fmt}` "
+              f"and point this command at that folder:", "", "```bash",
+              second.replace(facts.model_ref, "EXPORTED_DIR"), "```"]
+    if not facts.verifier_is_hub_id:
+        lines += ["", f"`{facts.verifier}` is not a hub id; replace it with the hub id or folder of the target model."]
+    return "\n".join(lines) + "\n"
 
 
-def run(args: argparse.Namespace) -> int:
-    """Export, then log to W&B and push to the Hub when asked."""
-    from draftsmith import model_card
-
-    if args.speculative_tokens is not None and args.speculative_tokens < 1:
-        raise DraftsmithError("--speculative-tokens must be at least 1.")
-    out, facts = export_with_card(args.checkpoint, args.format, args.out, speculative_tokens=args.speculative_tokens,
-                                  eval_results=args.eval_results, repo_id=args.push_to_hub, verifier=args.verifier,
-                                  license=args.license, force=args.force)
-    print(f"Exported {args.format} folder: {out} (validated; converts back to the checkpoint exactly)")
-    if facts.results is None:
-        print("No draftsmith eval results of this drafter found: the model card says so and reports no numbers.")
-    elif not args.no_wandb:
-        why_not = model_card.log_to_wandb(facts.training, facts.results, [out / name for name in facts.plots])
-        print(f"Not logged to W&B: {why_not}." if why_not else "Logged the eval results to the training run on W&B.")
-    if args.push_to_hub:
-        url = model_card.push_to_hub(out, args.push_to_hub, private=args.private, revision=args.revision)
-        print(f"Pushed to {url}")
-    return 0
+def render_card(facts: CardFacts) -> str:
+    """The README.md of an EAGLE-3 export: Hub metadata, what the drafter is, training, results, serving."""
+    shift = "+1, vLLM collects the stream entering a layer" if facts.fmt == "speculators" else \
+        "unchanged, SGLang adds 1 itself"
+    about = [
+        f"# EAGLE-3 drafter for {facts.verifier}", "",
+        f"A speculative-decoding drafter trained with draftsmith for `{facts.verifier}`: "
+        "one decoder layer reads the target's hidden states from three layers plus the last token and drafts the "
+        "next tokens, which the target verifies in one pass. Output is identical to the target's own decoding; "
+        "only the speed changes.", "",
+        "| | |", "|---|---|",
+        f"| target layers read (output of 0-based layer) | {', '.join(map(str, facts.target_layers))} |",
+        f"| `eagle_aux_hidden_state_layer_ids` in config.json | {facts.format_layer_ids} ({shift}) |",
+        f"| draft vocabulary | {facts.draft_vocab_size} of {facts.target_vocab_size} target tokens (`d2t`/`t2d` map) |",
+        f"| hidden size | {facts.hidden_size} |",
+        f"| parameters | {facts.parameters:,} |",
+        f"| format | {facts.fmt} |", "",
+    ]
+    tags = ["speculative-decoding", "eagle3", "draftsmith", facts.fmt, "vllm" if facts.fmt == "speculators" else "sglang"]
+    return "\n".join([card.front_matter(tags, facts.verifier, facts.verifier_is_hub_id, facts.license),
+                      "\n".join(about), card.training_section(facts.training),
+                      card.results_section(facts.results, facts.results_source, facts.plots),
+                      card.verifier_section(facts.training, facts.verifier), _serving_section(facts)])
