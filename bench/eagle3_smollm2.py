@@ -30,7 +30,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import forward_tokens_per_s as measure_forward, steps_for, train  # noqa: E402
+from common import train_tokens_per_s as train_tokens_per_s_of  # noqa: E402
 from draftsmith.config import load  # noqa: E402
 from draftsmith.data.prepared import load_token_counts  # noqa: E402
 from draftsmith.drafters import DraftShape, Sampling, kind_module  # noqa: E402
@@ -78,20 +81,6 @@ def train_config(name: str, *overrides: str) -> TrainConfig:
     return load(TrainConfig, RECIPE, [f"output_dir={out / name}", "report.num_prompts=0", *args.set, *overrides])
 
 
-def train(config: TrainConfig, target) -> TrainRecipe:
-    recipe = TrainRecipe(config, target=target)
-    recipe.setup()
-    try:
-        recipe.train()
-    finally:
-        recipe.cleanup()
-    return recipe
-
-
-def read_log(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
 # ----------------------------------------------------------------------------- data and probe
 def probe_and_train():
     """Prepare, probe the seconds per step, train one drafter per vocab size; (target, training figures, drafters)."""
@@ -106,29 +95,16 @@ def probe_and_train():
     probe_steps = 6
     probe = train(train_config("probe", f"train.max_steps={probe_steps}", "train.eval_every=0",
                                "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1"), target)
-    log = [r for r in read_log(out / "probe") if r.get("split") == "train"][2:]  # skip warm-up steps
-    train_tokens_per_s = sum(r["tokens"] for r in log) / sum(r["tokens"] / r["tokens_per_s"] for r in log)
-
-    # target-forward-only tokens/s on the same kind of batches (what online capture costs at least)
-    from draftsmith.data.capture import TokenDataset, collate  # noqa: E402
+    train_tokens_per_s = train_tokens_per_s_of(out / "probe")  # after 2 warm-up steps
+    from draftsmith.data.capture import TokenDataset  # noqa: E402
     from draftsmith.data.prepared import load_prepared  # noqa: E402
 
     split = TokenDataset(load_prepared(base.data.prepared)["train"])
-    forward_tokens, forward_time = 0, 0.0
-    for start in range(0, 4 * base.data.batch_size, base.data.batch_size):
-        batch = collate([split[i] for i in range(start, start + base.data.batch_size)])
-        ids, mask = batch["input_ids"][:, : base.data.max_length], batch["attention_mask"][:, : base.data.max_length]
-        began = time.perf_counter()
-        target.forward(ids, layers=probe.layers, attention_mask=mask, logits=False)
-        forward_time += time.perf_counter() - began
-        forward_tokens += int(mask.sum())
-    forward_tokens_per_s = forward_tokens / forward_time
+    forward_tokens_per_s = measure_forward(target, split, base, probe.layers)
 
     # one drafter per vocab size. The probe's few batches can be far shorter or longer than the average
     # one, so the step count comes from its tokens/s and the mean tokens per batch of the whole split.
-    lengths = [min(n, base.data.max_length) for n in split.lengths()]
-    mean_step_tokens = base.data.batch_size * base.train.grad_accum * sum(lengths) / len(lengths)
-    steps = max(10, int(args.minutes * 60 * train_tokens_per_s / mean_step_tokens))
+    steps, mean_step_tokens = steps_for(args.minutes, train_tokens_per_s, split, base)
     print(f"probe: {train_tokens_per_s:.0f} tokens/s, {mean_step_tokens:.0f} tokens per step on average -> {steps} steps "
           f"for {args.minutes:g} minutes per drafter", flush=True)
     drafters = {}

@@ -110,7 +110,7 @@ def compare(
 ) -> dict:
     """Speculative vs plain vs generate(), interleaved prompt by prompt; every number of results.json."""
     eos = eos_ids(target)
-    assisted = _assisted(proposer, shape) if transformers_baseline else None
+    assisted = assisted_model(proposer, shape) if transformers_baseline else None
     _warm_up(target, proposer, shape, sampling, eos, transformers_baseline, assisted)
     runs: dict[str, list[Generation]] = {"speculative": [], "plain": [], "transformers": [], "assisted": []}
     identical = 0
@@ -215,7 +215,7 @@ def _warm_up(target, proposer, shape, sampling, eos, transformers_baseline: bool
         hf_generate(target, ids, sampling, 8, set(), assistant_model=assisted)
 
 
-def _assisted(proposer, shape: DraftShape):
+def assisted_model(proposer, shape: DraftShape):
     """The proposer's draft model as `generate(assistant_model=...)` takes it, drafting `shape.length` tokens a
     step like our chains (constant schedule, no early stop on confidence), or None for other drafters."""
     model = getattr(proposer, "assistant_model", None)

@@ -1,0 +1,89 @@
+"""Pieces the training benchmarks share: train a recipe, read its log, price the target's forward,
+decode methods interleaved prompt by prompt, and tabulate what was measured."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from draftsmith.eval import metrics
+from draftsmith.train.recipe import TrainRecipe
+
+
+def train(config, target) -> TrainRecipe:
+    """Run one training recipe to its end (setup, train, cleanup) with a shared, already loaded target."""
+    recipe = TrainRecipe(config, target=target)
+    recipe.setup()
+    try:
+        recipe.train()
+    finally:
+        recipe.cleanup()
+    return recipe
+
+
+def read_log(folder: Path) -> list[dict]:
+    """The records of a run's metrics.jsonl."""
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def train_tokens_per_s(folder: Path, skip: int = 2) -> float:
+    """Real (non-padding) training tokens per second over a run's logged steps, after `skip` warm-up steps."""
+    log = [r for r in read_log(folder) if r.get("split") == "train"][skip:]
+    return sum(r["tokens"] for r in log) / sum(r["tokens"] / r["tokens_per_s"] for r in log)
+
+
+def forward_tokens_per_s(target, split, config, layers: list[int], batches: int = 4) -> float:
+    """Target-forward-only tokens/s on the recipe's kind of batches: what online capture costs at least."""
+    from draftsmith.data.capture import collate
+
+    tokens, seconds, size = 0, 0.0, config.data.batch_size
+    for start in range(0, batches * size, size):
+        batch = collate([split[i] for i in range(start, start + size)])
+        ids, mask = batch["input_ids"][:, : config.data.max_length], batch["attention_mask"][:, : config.data.max_length]
+        began = time.perf_counter()
+        target.forward(ids, layers=layers, attention_mask=mask, logits=False)
+        seconds += time.perf_counter() - began
+        tokens += int(mask.sum())
+    return tokens / seconds
+
+
+def steps_for(minutes: float, tokens_per_s: float, split, config) -> tuple[int, float]:
+    """(optimizer steps that fit `minutes` at `tokens_per_s`, mean real tokens per step) on the whole split."""
+    lengths = [min(n, config.data.max_length) for n in split.lengths()]
+    step_tokens = config.data.batch_size * config.train.grad_accum * sum(lengths) / len(lengths)
+    return max(10, int(minutes * 60 * tokens_per_s / step_tokens)), step_tokens
+
+
+def decode_interleaved(methods: dict, prompts) -> dict[str, list]:
+    """Every method on every prompt, in alternating order (no method always first), after one warm-up run each."""
+    warm = torch.tensor([prompts[0].token_ids[:32]])
+    for run in methods.values():
+        run(warm)
+    runs = {name: [] for name in methods}
+    for index, prompt in enumerate(prompts):
+        ids = torch.tensor([prompt.token_ids])
+        for name in (list(methods) if index % 2 == 0 else list(reversed(methods))):
+            runs[name].append(methods[name](ids))
+        print(f"[{index + 1}/{len(prompts)}] {prompt.name}", flush=True)
+    return runs
+
+
+def method_rows(runs: dict, plain: str, baseline: str) -> dict[str, dict]:
+    """Per method: tokens/s, speedups against `plain` and `baseline` (both methods of `runs`), identical outputs,
+    and for speculative methods τ, per-position acceptance and the draft-time fraction."""
+    tps = {name: metrics.timing(gens)["tokens_per_s"] for name, gens in runs.items()}
+    rows = {}
+    for name, gens in runs.items():
+        row = {"tokens_per_s": tps[name], f"speedup_vs_{plain}": tps[name] / tps[plain],
+               f"speedup_vs_{baseline}": tps[name] / tps[baseline],
+               "identical_to_plain": sum(g.tokens == p.tokens for g, p in zip(gens, runs[plain]))}
+        if any(g.cycles for g in gens):
+            acceptance = metrics.acceptance(gens)
+            row.update(acceptance_length=acceptance["acceptance_length"],
+                       acceptance_per_position=acceptance.get("acceptance_per_position"),
+                       draft_time_fraction=metrics.timing(gens).get("draft_time_fraction"))
+        rows[name] = row
+    return rows

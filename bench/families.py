@@ -1,0 +1,148 @@
+"""Drafter families on SmolLM2-135M at the same CPU budget, measured side by side in one run.
+
+    .venv/bin/python bench/families.py --minutes 20 --num-prompts 40 --families eagle3 draft-lm \
+        --set data.prepared=runs/bench-complete/data 'prepare.input=[builtin:stdlib-complete]' prepare.regenerate=true
+
+Each family is its shipped recipe, recipes/smollm2-135m/<family>.yaml, on the same prepared data (one
+prepared folder: the recipes share their prepare options; --set applies to all of them). Per family: a
+short probe measures its training tokens/s, it trains for about --minutes of wall time (steps = budget /
+seconds per step), and its held-out accuracy per step or head is read from its last validation.
+Then the same HumanEval prompts are decoded at T=0, interleaved prompt by prompt, with our plain loop,
+transformers generate(), our prompt lookup, every family as a chain (--draft-length) and as an EAGLE-2
+tree (--tree), and a draft LM also in generate(assistant_model=...). Printed per method: tokens/s, τ,
+per-position acceptance, draft-time fraction, speedup vs our plain loop and vs generate(), outputs
+identical to plain; per family: training tokens/s against target-forward-only tokens/s, held-out
+accuracy, trainable parameters; and the peak RSS of the whole run. Results go to OUT/bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import decode_interleaved, forward_tokens_per_s, method_rows, read_log, steps_for, train  # noqa: E402
+from common import train_tokens_per_s  # noqa: E402
+from draftsmith.config import load  # noqa: E402
+from draftsmith.data.capture import TokenDataset  # noqa: E402
+from draftsmith.data.prepared import load_prepared  # noqa: E402
+from draftsmith.drafters import DraftShape, Sampling, kind_module  # noqa: E402
+from draftsmith.drafters.prompt_lookup import Config as LookupConfig, PromptLookup  # noqa: E402
+from draftsmith.eval import small_batch  # noqa: E402
+from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate  # noqa: E402
+from draftsmith.eval.prompts import load_prompts  # noqa: E402
+from draftsmith.eval.runner import assisted_model, environment, hf_generate  # noqa: E402
+from draftsmith.train import pipeline  # noqa: E402
+from draftsmith.train.config import TrainConfig  # noqa: E402
+from draftsmith.train.recipe import TrainRecipe  # noqa: E402
+from draftsmith.train.validate import step_accuracies  # noqa: E402
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m"
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("--families", nargs="+", default=["eagle3", "draft-lm"],
+                    help="recipes of recipes/smollm2-135m/ to train and compare (file names without .yaml)")
+parser.add_argument("--minutes", type=float, default=20.0, help="training wall-time budget per family")
+parser.add_argument("--num-prompts", type=int, default=40, help="HumanEval prompts decoded per method")
+parser.add_argument("--max-new-tokens", type=int, default=128)
+parser.add_argument("--draft-length", type=int, default=4, help="chain length of every family")
+parser.add_argument("--tree", default="4,4,8", help="EAGLE-2 tree DEPTH,TOPK,TOTAL of every family")
+parser.add_argument("--lookup-length", type=int, default=10, help="longest prompt-lookup draft")
+parser.add_argument("--out", default="runs/bench-families", help="where the runs and bench.json go")
+parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE",
+                    help="overrides of every family's recipe (data, prepare, budget-neutral options)")
+args = parser.parse_args()
+out = Path(args.out)
+GREEDY = Sampling()
+
+
+def recipe(family: str, name: str, *overrides: str) -> TrainConfig:
+    """A family's recipe for one of this bench's runs (a previous run of that name is removed)."""
+    if (out / name).exists():
+        shutil.rmtree(out / name)
+    return load(TrainConfig, RECIPES / f"{family}.yaml",
+                [f"output_dir={out / name}", "report.num_prompts=0", "tracking.report_to=[]", *args.set, *overrides])
+
+
+# ----------------------------------------------------------------------------- data, probes, training
+first = recipe(args.families[0], "prepare")  # only its target, data and prepare sections are used
+target = TrainRecipe(first).load_target()  # loaded once, shared by every run
+began = time.perf_counter()
+pipeline.ensure_prepared(first, target)
+prepare_minutes = (time.perf_counter() - began) / 60
+split = TokenDataset(load_prepared(first.data.prepared, target)["train"])
+families: dict[str, dict] = {}
+for family in args.families:
+    probe = train(recipe(family, f"{family}-probe", "train.max_steps=6", "train.eval_every=0",
+                         "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1"), target)
+    tokens_per_s = train_tokens_per_s(out / f"{family}-probe")
+    forward = forward_tokens_per_s(target, split, probe.config, probe.layers)
+    steps, step_tokens = steps_for(args.minutes, tokens_per_s, split, probe.config)
+    print(f"{family}: {tokens_per_s:.0f} training tokens/s ({tokens_per_s / forward:.2f}x target forward) -> {steps} steps "
+          f"for {args.minutes:g} min", flush=True)
+    began = time.perf_counter()
+    run = train(recipe(family, family, f"train.max_steps={steps}", f"train.eval_every={max(steps // 3, 1)}",
+                       f"train.checkpoint_every={max(steps // 3, 1)}"), target)
+    last_eval = [r for r in read_log(out / family) if r.get("split") == "eval"][-1]
+    families[family] = {
+        "kind": run.kind, "folder": str(out / family / "best"), "steps": steps, "best_step": run.best_step,
+        "train_minutes": (time.perf_counter() - began) / 60, "training_tokens_per_s": tokens_per_s,
+        "target_forward_tokens_per_s": forward, "training_over_forward": tokens_per_s / forward,
+        "held_out_accuracy": step_accuracies(last_eval), "validation": last_eval,
+        "trainable_parameters": sum(p.numel() for p in run.model.parameters() if p.requires_grad),
+    }
+
+# ----------------------------------------------------------------------------- decode, interleaved
+prompts = load_prompts("humaneval", target, args.num_prompts)
+eos = eos_ids(target)
+tree = DraftShape(tree=tuple(int(v) for v in args.tree.split(",")))
+chain = DraftShape(args.draft_length)
+rows = small_batch.tune_and_install(target.model)["rows"]  # as draftsmith eval does; every method runs these layers
+lookup = PromptLookup(LookupConfig())
+lookup.calibrate(target, args.lookup_length)
+methods = {
+    "plain": lambda ids: plain_generate(target, ids, GREEDY, args.max_new_tokens, eos),
+    "generate": lambda ids: hf_generate(target, ids, GREEDY, args.max_new_tokens, eos),
+    "prompt lookup": lambda ids: speculative_generate(target, lookup, ids, DraftShape(args.lookup_length), GREEDY,
+                                                      args.max_new_tokens, eos),
+}
+for family, info in families.items():
+    proposer = kind_module(info["kind"]).load_proposer(info["folder"], target)
+    small_batch.install_on_proposer(proposer, target, rows)
+    for label, shape in ((f"chain ({args.draft_length})", chain), (f"tree ({args.tree})", tree)):
+        methods[f"{family} {label}"] = (lambda ids, p=proposer, s=shape: speculative_generate(
+            target, p, ids, s, GREEDY, args.max_new_tokens, eos))
+    assistant = assisted_model(proposer, chain)
+    if assistant is not None:
+        methods[f"{family} in generate(assistant_model)"] = (lambda ids, a=assistant: hf_generate(
+            target, ids, GREEDY, args.max_new_tokens, eos, assistant_model=a))
+runs = decode_interleaved(methods, prompts)
+
+# ----------------------------------------------------------------------------- report
+results = method_rows(runs, "plain", "generate")
+peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+summary = {"prepare_minutes": prepare_minutes, "minutes_per_family": args.minutes, "families": families,
+           "methods": results, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "peak_rss_gib": peak_gib,
+           "environment": environment(target), "small_batch_linear_rows": rows, "overrides": args.set}
+out.mkdir(parents=True, exist_ok=True)
+(out / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
+print(f"\nprepare {prepare_minutes:.1f} min (0 when already prepared); peak RSS {peak_gib:.2f} GiB")
+for family, info in families.items():
+    accuracy = ", ".join(f"{a:.3f}" for a in info["held_out_accuracy"])
+    print(f"{family}: {info['steps']} steps in {info['train_minutes']:.1f} min, {info['training_over_forward']:.2f}x "
+          f"target-forward tokens/s, {info['trainable_parameters'] / 1e6:.2f} M trainable, held-out acc [{accuracy}]")
+print(f"{'method':<36} {'tok/s':>7} {'τ':>5} {'vs plain':>9} {'vs gen()':>9} {'draft':>6} identical  α per position")
+for name, row in results.items():
+    tau = f"{row['acceptance_length']:.2f}" if "acceptance_length" in row else "-"
+    frac = f"{row['draft_time_fraction']:.2f}" if row.get("draft_time_fraction") is not None else "-"
+    alphas = " ".join(f"{a:.2f}" for a in row.get("acceptance_per_position") or [])
+    print(f"{name:<36} {row['tokens_per_s']:7.2f} {tau:>5} {row['speedup_vs_plain']:8.2f}x {row['speedup_vs_generate']:8.2f}x "
+          f"{frac:>6} {row['identical_to_plain']:>4}/{len(prompts)}  {alphas}")
+print(f"wrote {out / 'bench.json'}")
