@@ -134,14 +134,14 @@ class Target:
 
         Token data (prepared sets, draft vocabularies) depends on the tokenizer; features and drafters
         on the model as well. `fingerprint_mismatch` compares two of these."""
-        if self._fingerprint is None:
+        if self._fingerprint is None:  # hashing a large tokenizer takes a moment: once per target
             config = self.config.to_dict()
             for volatile in ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "_commit_hash"):
                 config.pop(volatile, None)
             blob = json.dumps(config, sort_keys=True, default=str).encode()
-            self._fingerprint = {"name": self.name, "config_sha256": hashlib.sha256(blob).hexdigest(),
+            self._fingerprint = {"config_sha256": hashlib.sha256(blob).hexdigest(),
                                  "tokenizer_sha256": tokenizer_sha256(self.tokenizer)}
-        return dict(self._fingerprint)
+        return {"name": self.name, **self._fingerprint}
 
     def require_chat_template(self, chat_template: str | None = None) -> None:
         """Raise a clear error when neither the tokenizer nor `chat_template` gives a chat template."""
@@ -229,8 +229,8 @@ def fingerprint_mismatch(recorded: dict | None, current: dict, model: bool = Tru
     """Why data made for target `recorded` does not fit target `current` (None when it does).
 
     Token data needs the same tokenizer (`model=False`); features also the same model (name and
-    config: two fine-tunes share a config). A record without a tokenizer hash (written before draftsmith recorded one) is compared
-    on what it has; a missing record never matches."""
+    config: two fine-tunes share a config). A record without a tokenizer hash (written before
+    draftsmith recorded one) is compared on what it has; a missing record never matches."""
     if not recorded:
         return "it records no target fingerprint"
     differences = []
