@@ -91,6 +91,7 @@ KINDS = {
     "eagle": "draftsmith.drafters.eagle",
     "draft_lm": "draftsmith.drafters.draft_lm",
     "mtp": "draftsmith.drafters.mtp",
+    "medusa": "draftsmith.drafters.medusa",
 }
 
 
