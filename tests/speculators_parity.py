@@ -54,3 +54,27 @@ def compare(ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> dict:
         worst = max(worst, float((a - b).abs().max()))
         agreement = min(agreement, float((a.argmax(-1) == b.argmax(-1)).float().mean()))
     return {"max_abs_difference": worst, "argmax_agreement": agreement, "steps": len(theirs)}
+
+
+def speculators_mtp_logits(folder: str | Path, target, input_ids: torch.Tensor) -> list[torch.Tensor]:
+    """Logits [valid, V] of every MTP step of the speculators model loaded from `folder`, teacher forced on
+    `target`'s hidden state at the index the library names (`target_layer_ids`: HF `hidden_states[L]`)."""
+    from speculators.models.mtp import MTPDraftModel, MTPSpeculatorConfig
+
+    config = MTPSpeculatorConfig.from_pretrained(str(folder))
+    config.transformer_layer_config._attn_implementation = "eager"
+    model = MTPDraftModel.from_pretrained(str(folder), config=config).eval()
+    with torch.no_grad():  # the verifier's embedding and head, as engines share them (not in the file)
+        model.embed_tokens.weight.copy_(target.model.get_input_embeddings().weight)
+        model.lm_head.weight.copy_(target.model.get_output_embeddings().weight)
+        hidden = target.model(input_ids, output_hidden_states=True).hidden_states
+        logits, _, _ = model(input_ids=input_ids, hidden_states=hidden[model.target_layer_ids[0]])
+    return [step[0] for step in logits]
+
+
+def ours_mtp_logits(drafter, target, input_ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """Our MTP drafter's logits [S, V] of every step on the same sequence."""
+    with torch.no_grad():
+        features = target.forward(input_ids, layers=drafter.required_layers, logits=False).features
+        outputs = drafter.eval().teacher_forced(input_ids, features[drafter.last_layer], steps=steps)
+        return [drafter.logits(hidden)[0] for hidden in outputs]

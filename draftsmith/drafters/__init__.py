@@ -90,6 +90,8 @@ class Proposer(Protocol):
 KINDS = {
     "eagle": "draftsmith.drafters.eagle",
     "draft_lm": "draftsmith.drafters.draft_lm",
+    "mtp": "draftsmith.drafters.mtp",
+    "medusa": "draftsmith.drafters.medusa",
 }
 
 

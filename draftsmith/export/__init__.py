@@ -3,7 +3,8 @@
 One file per drafter family's formats, beside the shared validator (`check.py`, EAGLE-3 layouts) and
 model card (`card.py`):
 - `eagle3.py`: `speculators` (vLLM) and `sglang` folders of an EAGLE-3 drafter;
-- `hf.py`: `hf`, the plain `transformers` folder of a distilled draft LM.
+- `hf.py`: `hf`, the plain `transformers` folder of a distilled draft LM;
+- `mtp.py`: `speculators`, the speculators `mtp` layout of an MTP drafter (one shared module).
 
 Every writer fills a staging folder next to the destination, validates what it wrote by reading it
 back, checks the round trip and writes the card; only then is the folder renamed into place, so a
@@ -24,10 +25,10 @@ from pathlib import Path
 from draftsmith.errors import DraftsmithError
 from draftsmith.files import replace_folder
 
-WRITERS = {"eagle": "draftsmith.export.eagle3", "draft_lm": "draftsmith.export.hf"}
+WRITERS = {"eagle": "draftsmith.export.eagle3", "draft_lm": "draftsmith.export.hf", "mtp": "draftsmith.export.mtp"}
 """drafter kind (config.json `draftsmith_kind`) -> the module that writes its formats"""
-FORMATS = {"speculators": "eagle", "sglang": "eagle", "hf": "draft_lm"}
-"""export format -> the drafter kind it is for"""
+FORMATS = {"speculators": ("eagle", "mtp"), "sglang": ("eagle",), "hf": ("draft_lm",)}
+"""export format -> the drafter kinds it is for (speculators has a layout per kind)"""
 
 
 @dataclass
@@ -51,7 +52,7 @@ def checkpoint_kind(checkpoint: Path) -> str:
     kind = json.loads(path.read_text()).get("draftsmith_kind")
     if kind not in WRITERS:
         raise DraftsmithError(f"'{checkpoint}' holds a '{kind}' drafter; `draftsmith export` writes "
-                              + ", ".join(f"{k} drafters ({', '.join(f for f, o in FORMATS.items() if o == k)})"
+                              + ", ".join(f"{k} drafters ({', '.join(f for f, o in FORMATS.items() if k in o)})"
                                           for k in WRITERS) + ".")
     return kind
 
@@ -67,9 +68,9 @@ def export_with_card(checkpoint: str | Path, fmt: str, out: str | Path, *, force
         raise DraftsmithError(f"Unknown export format '{fmt}'. Use one of: {', '.join(FORMATS)}.")
     checkpoint = Path(checkpoint).expanduser()
     kind = checkpoint_kind(checkpoint)
-    if FORMATS[fmt] != kind:
-        mine = [f for f, k in FORMATS.items() if k == kind]
-        raise DraftsmithError(f"--format {fmt} is for {FORMATS[fmt]} drafters; '{checkpoint}' holds a {kind} drafter, "
+    if kind not in FORMATS[fmt]:
+        mine = [f for f, kinds in FORMATS.items() if kind in kinds]
+        raise DraftsmithError(f"--format {fmt} is for {' and '.join(FORMATS[fmt])} drafters; '{checkpoint}' holds a {kind} drafter, "
                               f"which exports as {' or '.join(mine)}.")
     out = Path(out).expanduser().absolute()
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
@@ -101,7 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("checkpoint", help="drafter checkpoint folder written by `draftsmith train`")
     parser.add_argument("--format", required=True, choices=list(FORMATS),
-                        help="speculators (vLLM, EAGLE-3), sglang (SGLang native EAGLE-3) or hf (a draft LM as a plain "
+                        help="speculators (vLLM: EAGLE-3, or MTP with one shared module), sglang (SGLang native EAGLE-3) or hf (a draft LM as a plain "
                         "transformers folder: assistant_model, vLLM draft_model)")
     parser.add_argument("--out", required=True, help="folder to create (must not exist, or be empty)")
     parser.add_argument("--speculative-tokens", type=int,

@@ -1,0 +1,412 @@
+"""DeepSeek-style sequential multi-token-prediction (MTP) modules (DESIGN §3 "MTP").
+
+Step k = 1..D at index t: h^k_t = norm(block_k(W_k [RMSNorm(embed(x_{t+k})); RMSNorm(h^{k-1}_t)])), logits
+lm_head(h^k_t) predict x_{t+k+1}. h^0_t is the target's last hidden state after its final norm (what its
+lm_head reads, `hidden_states[L]` in HF: the convention of the speculators library and vLLM), `norm` and
+`lm_head` are the target's frozen final norm and head, and block_k is one decoder layer of the target's
+own architecture (its class imported from transformers, built from the target's config). W_k takes the
+embedding half first, as DeepSeek-V3, vLLM and speculators store it (the same map as [h; embed] with its
+columns swapped). `shared=true` applies one module at every step. Positions: index t sits at position t
+at every step (as speculators trains it; RoPE is relative, so only the spacing matters).
+
+Decoding is exact, not an approximation: step k's cache holds the committed indices t <= T-1-k (whose
+token x_{t+k} is committed); a draft recomputes step k at indices T-k..T-2 from the drafted tokens, so
+draft token k equals what the teacher-forced modules give on the committed tokens plus the draft so far.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoConfig, DynamicCache
+
+from draftsmith.config import build
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters.tree import dynamic_tree
+from draftsmith.errors import DraftsmithError
+from draftsmith.sampling import target_probs
+
+TARGET_INFO = ("target_name", "target_architectures", "target_fingerprint")
+
+
+@dataclass
+class Config:
+    """Options of the MTP drafter."""
+
+    num_modules: int = 3
+    """D: sequential prediction steps (draft tokens per chain)"""
+    shared: bool = False
+    """one module applied at every step (MiMo / Qwen3-Next style; what speculators' `mtp` layout holds)"""
+    init_from_last_layer: bool = True
+    """start each module's block from a copy of the target's last decoder layer (false: fresh init)"""
+    loss_weight: float = 1.0
+    """lambda: loss = lambda / D * sum_k CE_k"""
+
+    def validate(self) -> None:
+        if self.num_modules < 1:
+            raise DraftsmithError(f"drafter.num_modules must be at least 1, got {self.num_modules}.")
+        if self.loss_weight <= 0:
+            raise DraftsmithError(f"drafter.loss_weight must be positive, got {self.loss_weight}.")
+
+
+# --------------------------------------------------------------------------- the model
+def architecture(layer_config):
+    """(decoder-layer class, rotary-embedding class) of a target config, from its transformers modeling module."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(layer_config)]
+        module = sys.modules[model_class.__module__]
+        layer_class = getattr(module, model_class._no_split_modules[0])
+        rotary_class = getattr(module, layer_class.__name__.replace("DecoderLayer", "RotaryEmbedding"))
+    except (KeyError, AttributeError, IndexError, TypeError) as err:
+        raise DraftsmithError(f"MTP modules need a transformers decoder layer of the target's architecture "
+                              f"('{layer_config.model_type}'); none was found ({err}).") from None
+    return layer_class, rotary_class
+
+
+def block_config(target_config: dict):
+    """The target's config cut to one full-attention layer (the block's own cache index 0), SDPA attention."""
+    values = {k: v for k, v in target_config.items() if k != "model_type"}
+    config = AutoConfig.for_model(target_config["model_type"], **values)
+    config.num_hidden_layers = 1
+    if getattr(config, "layer_types", None):
+        config.layer_types = ["full_attention"]
+    config._attn_implementation = "sdpa"  # boolean masks, as every call here passes one
+    return config
+
+
+class Module(nn.Module):
+    """One MTP module: input projection of [norm(embed); norm(hidden)], then one target-architecture block."""
+
+    def __init__(self, layer_config, layer_class):
+        super().__init__()
+        H = layer_config.hidden_size
+        self.input_proj = nn.Linear(2 * H, H, bias=False)
+        self.block = layer_class(layer_config, layer_idx=0)
+        norm_class = type(self.block.input_layernorm)
+        self.token_layernorm = norm_class(H, eps=layer_config.rms_norm_eps)
+        self.hidden_layernorm = norm_class(H, eps=layer_config.rms_norm_eps)
+
+    def forward(self, embeds, hidden, mask, positions, rotary, cache=None) -> torch.Tensor:
+        """Block output [B, n, H] for n indices; `mask` [B, 1, n, past + n] boolean; `cache` grows by n."""
+        x = self.input_proj(torch.cat([self.token_layernorm(embeds), self.hidden_layernorm(hidden)], -1))
+        out = self.block(x, attention_mask=mask, position_ids=positions, cache=cache, use_cache=cache is not None,
+                         position_embeddings=rotary(x, positions))
+        return out[0] if isinstance(out, tuple) else out
+
+
+class Drafter(nn.Module):
+    """D sequential MTP modules on the frozen target; `forward(batch, target_head)` is the training loss."""
+
+    def __init__(self, config: Config, target_config: dict):
+        super().__init__()
+        self.config, self.target_config = config, target_config
+        self.layer_config = block_config(target_config)
+        layer_class, rotary_class = architecture(self.layer_config)
+        self.last_layer = target_config["num_hidden_layers"] - 1
+        count = 1 if config.shared else config.num_modules
+        self.mtp_modules = nn.ModuleList([Module(self.layer_config, layer_class) for _ in range(count)])
+        self.rotary_emb = rotary_class(config=self.layer_config)
+        self.target_info: dict = {}
+        self.target = None  # the frozen target (embedding, final norm, head); attached, never a submodule
+
+    @property
+    def required_layers(self) -> list[int]:
+        """The target's last layer: h^0 and the soft labels both come from it."""
+        return [self.last_layer]
+
+    def attach(self, target) -> Drafter:
+        """Read the target's frozen embedding, final norm and lm_head from now on (after checking it fits)."""
+        from draftsmith.target import fingerprint_mismatch
+
+        tc = self.target_config
+        if (tc["hidden_size"], tc["num_hidden_layers"], tc["model_type"]) != (
+                target.hidden_size, target.num_layers, target.config.model_type):
+            raise DraftsmithError(f"This MTP drafter was trained for a {tc['model_type']} target with hidden size "
+                                  f"{tc['hidden_size']} and {tc['num_hidden_layers']} layers; '{target.name}' differs.")
+        recorded = self.target_info.get("target_fingerprint")
+        why = recorded and fingerprint_mismatch(recorded, target.fingerprint(), model=False)
+        if why:
+            raise DraftsmithError(f"This drafter does not fit target '{target.name}': {why}.")
+        self.target = target
+        return self
+
+    def module(self, step: int) -> Module:
+        """The module of 1-based step `step` (the one shared module when `shared`)."""
+        return self.mtp_modules[0 if self.config.shared else step - 1]
+
+    # ---- pieces shared by training and decoding
+    def _target(self):
+        if self.target is None:
+            raise DraftsmithError("This MTP drafter is not attached to a target: call drafter.attach(target) first.")
+        return self.target
+
+    def embed(self, ids: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """The target's frozen embedding of `ids`, in the drafter's dtype."""
+        target = self._target()
+        return target.embed(ids.to(target.device)).to(like.device, like.dtype)
+
+    def normed(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's frozen final norm (gradients flow through it to the drafter)."""
+        target = self._target()
+        return target.final_norm(hidden.to(target.dtype)).to(hidden.dtype)
+
+    def logits(self, normed_hidden: torch.Tensor) -> torch.Tensor:
+        """The target's frozen lm_head on an already-normed hidden."""
+        target = self._target()
+        return target.model.get_output_embeddings()(normed_hidden.to(target.dtype)).float()
+
+    def run(self, step: int, ids, hidden, positions, mask, cache=None) -> torch.Tensor:
+        """h^step [B, n, H] = norm(module(embed(ids), h^{step-1})) for n indices."""
+        out = self.module(step)(self.embed(ids, hidden), hidden, mask, positions, self.rotary_emb, cache)
+        return self.normed(out)
+
+    def teacher_forced(self, input_ids, last_features, attention_mask=None, steps=None) -> list[torch.Tensor]:
+        """h^1..h^D [B, S, H] on a whole sequence: step k at index t reads x_{t+k} (zero past the end). `steps`
+        beyond D only for a shared module."""
+        batch, length = input_ids.shape
+        index = torch.arange(length, device=input_ids.device)
+        sees = (index[None, :] <= index[:, None])[None].expand(batch, length, length)
+        if attention_mask is not None:  # padded keys are hidden; a query always sees itself
+            sees = sees & (attention_mask[:, None, :].bool() | torch.eye(length, dtype=torch.bool, device=index.device))
+        mask, positions = sees[:, None], index[None].expand(batch, length)
+        hidden = self.normed(last_features.to(self.mtp_modules[0].input_proj.weight.dtype))
+        outputs = []
+        for step in range(1, (steps or self.config.num_modules) + 1):
+            ids = torch.zeros_like(input_ids)
+            ids[:, : max(length - step, 0)] = input_ids[:, step:]
+            hidden = self.run(step, ids, hidden, positions, mask)
+            outputs.append(hidden)
+        return outputs
+
+    def forward(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
+        """(lambda/D) sum_k CE_k against the target's own distribution; loss_j / acc_j for step j = k-1."""
+        last = batch["features"][self.last_layer]
+        outputs = self.teacher_forced(batch["input_ids"], last, batch.get("attention_mask"))
+        loss_mask, length = batch["loss_mask"].bool(), last.shape[1]
+        total, metrics = last.new_zeros((), dtype=torch.float32), {}
+        for j, hidden in enumerate(outputs):
+            step = j + 1  # index t predicts x_{t+step+1}: the target's prediction at position t+step
+            counted = loss_mask[:, step + 1 :]
+            rows = counted.nonzero(as_tuple=True)
+            if rows[0].numel() == 0:
+                continue
+            log_q = torch.log_softmax(self.logits(hidden[rows]), -1)
+            with torch.no_grad():
+                p = torch.softmax(target_head(last[rows[0], rows[1] + step]).float(), -1)
+            step_loss = -(p * log_q).sum(-1).mean()
+            total = total + step_loss
+            metrics[f"loss_{j}"] = float(step_loss.detach())
+            metrics[f"acc_{j}"] = float((log_q.argmax(-1) == p.argmax(-1)).float().mean())
+        total = total * self.config.loss_weight / self.config.num_modules
+        metrics["loss"] = float(total.detach())
+        return total, metrics
+
+    def loss(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
+        """The training loss and metrics (calls `forward`, so wrappers such as DDP see the call)."""
+        return self(batch, target_head)
+
+    # ---- saving
+    def save_pretrained(self, folder: str | Path) -> None:
+        """config.json (kind, options, the target's config) + model.safetensors (modules only, no target parts)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        meta = {"draftsmith_kind": "mtp", "config": dataclasses.asdict(self.config),
+                "target_config": self.target_config, **self.target_info}
+        (folder / "config.json").write_text(json.dumps(meta, indent=2, default=str))
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
+                  str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, target=None) -> Drafter:
+        """Load a folder written by `save_pretrained`, attached to `target` when given."""
+        folder = Path(folder)
+        if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+            raise DraftsmithError(f"'{folder}' is not a drafter folder: it needs config.json and model.safetensors.")
+        meta = json.loads((folder / "config.json").read_text())
+        if meta.get("draftsmith_kind") != "mtp":
+            raise DraftsmithError(f"'{folder}' holds a '{meta.get('draftsmith_kind')}' drafter, not an mtp one.")
+        drafter = cls(build(Config, meta["config"], prefix="drafter."), meta["target_config"])
+        drafter.load_state_dict(load_file(str(folder / "model.safetensors")))
+        drafter.target_info = {k: meta[k] for k in TARGET_INFO if k in meta}
+        return drafter if target is None else drafter.attach(target)
+
+    def proposer(self, target, generator: torch.Generator | None = None) -> MTPProposer:
+        """The decode-time view of this drafter for `target`."""
+        return MTPProposer(self.attach(target), generator)
+
+
+# --------------------------------------------------------------------------- building
+def create(config: Config, target, draft_vocab=None) -> Drafter:
+    """Fresh MTP modules for `target` (blocks copied from its last layer when `init_from_last_layer`)."""
+    config = dataclasses.replace(config)
+    config.validate()
+    if draft_vocab is not None:
+        raise DraftsmithError("MTP modules predict through the target's own lm_head over its whole vocabulary; set "
+                              "data.draft_vocab: null for kind mtp.")
+    drafter = Drafter(config, target.config.to_dict()).to(target.device)
+    architectures = getattr(target.config, "architectures", None) or [type(target.model).__name__]
+    drafter.target_info = {"target_name": target.name, "target_architectures": list(architectures),
+                           "target_fingerprint": target.fingerprint()}
+    drafter.attach(target)
+    if config.init_from_last_layer:
+        last = target.layers[-1].state_dict()
+        for module in drafter.mtp_modules:
+            missing = set(module.block.state_dict()) ^ set(last)
+            if missing:
+                raise DraftsmithError(f"drafter.init_from_last_layer: the target's last layer differs from the block "
+                                      f"(weights {sorted(missing)[:4]}); set it to false.")
+            module.block.load_state_dict({k: v.float() for k, v in last.items()})
+    return drafter
+
+
+def load_proposer(folder: str | Path, target) -> MTPProposer:
+    """A saved MTP folder as a Proposer for `target`."""
+    try:
+        drafter = Drafter.from_pretrained(folder, target)
+    except DraftsmithError as err:
+        raise DraftsmithError(f"The drafter in '{folder}': {err}") from None
+    return drafter.to(target.device, target.dtype).proposer(target)
+
+
+# --------------------------------------------------------------------------- decoding
+class MTPProposer:
+    """Chains the modules (or grows an EAGLE-2 tree of them); each step caches committed indices only."""
+
+    def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
+        self.drafter, self.generator = drafter.eval(), generator
+        self.required_layers = [drafter.last_layer]
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the previous request."""
+        self.caches: list[DynamicCache] = []  # step k: keys/values of committed indices 0..T-1-k
+        self.outputs: list[torch.Tensor] = []  # step k: h^k [1, n, H] at those indices
+        self.cached = torch.zeros(0, dtype=torch.long)  # the committed tokens they came from
+
+    def describe(self) -> dict:
+        """Kind, options and trained parameter count."""
+        trained = sum(p.numel() for p in self.drafter.parameters())
+        return {"kind": "mtp", **dataclasses.asdict(self.drafter.config), "parameters": trained}
+
+    def max_steps(self, wanted: int) -> int:
+        """Separate modules give D steps; a shared module can be applied as often as asked."""
+        return wanted if self.drafter.config.shared else min(wanted, self.drafter.config.num_modules)
+
+    @torch.no_grad()
+    def _catch_up(self, state: DecodeState, steps: int) -> None:
+        """Drop cached indices that no longer match `state.tokens`, then run each step over its new committed indices."""
+        tokens = state.tokens[0].cpu()
+        length = tokens.numel()
+        if length < 2:
+            raise DraftsmithError("The MTP drafter needs two committed tokens (one target feature) to draft.")
+        common = min(self.cached.numel(), length)
+        same = int(torch.cumprod((self.cached[:common] == tokens[:common]).long(), 0).sum())
+        device = self.drafter.mtp_modules[0].input_proj.weight.device
+        hidden = self.drafter.normed(state.features[self.drafter.last_layer].to(device))  # h^0 at 0..T-2
+        for step in range(1, steps + 1):
+            if len(self.caches) < step:
+                self.caches.append(DynamicCache())
+                self.outputs.append(hidden[:, :0])
+            valid = max(0, length - step)  # committed indices 0..T-1-step: x_{t+step} is known
+            keep = min(self.outputs[step - 1].shape[1], max(0, same - step), valid)
+            _crop(self.caches[step - 1], keep)
+            index = torch.arange(keep, valid, device=device)[None]
+            new = hidden[:, keep:valid]
+            if index.numel():
+                mask = torch.ones(valid - keep, valid, dtype=torch.bool, device=device).tril(keep)[None, None]
+                ids = tokens[keep + step : valid + step][None].to(device)
+                new = self.drafter.run(step, ids, new, index, mask, self.caches[step - 1])
+            self.outputs[step - 1] = torch.cat([self.outputs[step - 1][:, :keep], new], 1)
+            hidden = self.outputs[step - 1]
+        self.cached = tokens.clone()
+
+    @torch.no_grad()
+    def _advance(self, step: int, length: int, paths: torch.Tensor, hidden: torch.Tensor, committed: torch.Tensor):
+        """Step `step` for n drafts at once: `paths` [n, step-1] drafted tokens, `hidden` h^{step-1} [n, m, H] at
+        this step's uncommitted indices T-1-m..T-2 (m = step-1 but for short contexts). Returns h^step [n, m', H]
+        at the next step's uncommitted indices (this step's last committed one first) and logits [n, V]."""
+        n, m = hidden.shape[0], hidden.shape[1]
+        cache = self.caches[step - 1]
+        past = cache.get_seq_length()
+        device = hidden.device
+        ids = torch.cat([committed[None].expand(n, -1).to(paths.device), paths], 1)[:, -m:].to(device)
+        scratch = DynamicCache()
+        if past:
+            layer = cache.layers[0]
+            scratch.update(layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1), 0)
+        mask = torch.ones(m, past + m, dtype=torch.bool, device=device).tril(past)[None, None].expand(n, -1, -1, -1)
+        index = torch.arange(length - 1 - m, length - 1, device=device)[None].expand(n, -1)
+        out = self.drafter.run(step, ids, hidden, index, mask, scratch)
+        if length - 2 - m >= 0:  # this step's last committed index, which the next step also recomputes from
+            first = self.outputs[step - 1][:, length - 2 - m : length - 1 - m]
+            out = torch.cat([first.expand(n, -1, -1), out], 1)
+        return out, self.drafter.logits(out[:, -1])
+
+    @torch.no_grad()
+    def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
+        """A chain of up to `shape.length` tokens (D for separate modules), or an EAGLE-2 tree."""
+        steps = self.max_steps(shape.tree[0] if shape.tree is not None else shape.length)
+        self._catch_up(state, steps)
+        if shape.tree is not None:
+            tokens, parents = self.tree(state, steps, *shape.tree[1:])
+            return Draft(tokens, parents)
+        length, committed = state.tokens.shape[1], state.tokens[0].cpu()
+        hidden = self.outputs[0][:, -1:]  # h^1 at index T-2: it predicts the first draft token
+        logits = self.drafter.logits(hidden)[0, -1]
+        paths, drafted, probs = committed[:0][None], [], []
+        for step in range(1, steps + 1):
+            if step > 1:
+                hidden, logits = self._advance(step, length, paths, hidden, committed)
+                logits = logits[0]
+            token, q = self._choose(logits, sampling)
+            drafted.append(token.cpu())
+            probs.append(q)
+            paths = torch.cat([paths, token.view(1, 1).cpu()], 1)
+        tokens = torch.stack(drafted) if drafted else state.tokens[0, :0]
+        return Draft(tokens, probs=None if sampling.greedy or not drafted else torch.stack(probs).cpu())
+
+    def _choose(self, logits: torch.Tensor, sampling: Sampling):
+        """Next token and, when sampling, the processed draft distribution it was drawn from."""
+        if sampling.greedy:
+            return logits.argmax(-1), None
+        q = target_probs(logits[None].float(), sampling)[0]
+        return torch.multinomial(q, 1, generator=self.generator)[0], q
+
+    @torch.no_grad()
+    def tree(self, state: DecodeState, depth: int, top_k: int, total_tokens: int):
+        """EAGLE-2 dynamic tree over the steps: a depth-d node's children come from step d+1 on its path."""
+        length, committed = state.tokens.shape[1], state.tokens[0].cpu()
+        root_hidden = self.outputs[0][:, -1:]
+        paths = {-1: committed[:0]}  # node id -> drafted tokens on its path, itself included
+        states = {-1: root_hidden}  # node id -> h^depth of its path, what its children's step reads
+
+        def grow(node_ids, node_tokens, parent_ids):
+            step = len(paths[int(parent_ids[0])]) + 2
+            for node, token, parent in zip(node_ids.tolist(), node_tokens.tolist(), parent_ids.tolist()):
+                paths[node] = torch.cat([paths[parent], torch.tensor([token])])
+            hidden = torch.cat([states[p] for p in parent_ids.tolist()], 0)
+            stacked = torch.stack([paths[node] for node in node_ids.tolist()])
+            out, logits = self._advance(step, length, stacked, hidden, committed)
+            for row, node in enumerate(node_ids.tolist()):
+                states[node] = out[row : row + 1]
+            return torch.log_softmax(logits, -1).cpu()
+
+        root = torch.log_softmax(self.drafter.logits(root_hidden)[0, -1], -1).cpu()
+        tokens, parents, _ = dynamic_tree(root, grow, depth, top_k, total_tokens)
+        return tokens, parents
+
+
+def _crop(cache: DynamicCache, keep: int) -> None:
+    """Keep the first `keep` positions of a one-layer cache."""
+    length = cache.get_seq_length()
+    if length > keep:
+        cache.crop(-(length - keep))

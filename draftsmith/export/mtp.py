@@ -1,0 +1,148 @@
+"""`speculators` exports of MTP drafters: the `mtp` layout of the speculators library (vLLM's loader).
+
+What the layout holds (speculators 0.9.0, `models/mtp`): ONE module (`num_nextn_predict_layers: 1`) applied
+at every step, i.e. our `shared: true` (or a single module); a Qwen3-family decoder layer named
+`mtp_layers.0.*` with `hidden_layernorm`, `token_layernorm`, `input_proj` ([embed; hidden] order, as ours)
+and its own `final_layernorm`, which is where our frozen target final norm goes; `transformer_layer_config`
+is the verifier's config. The verifier's embedding and lm_head are not stored; engines share the target's.
+Anything else (separate modules, other architectures) is refused with a clear error before anything is
+written. The round trip is checked: the folder converts back to the checkpoint's tensors exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.export import card
+
+FORMATS = ("speculators",)
+SUPPORTED_MODEL_TYPES = ("qwen3",)
+"""target architectures whose decoder layer speculators' `mtp` builds the same way as ours (proven by a test)"""
+PREFIX = "mtp_layers.0."
+
+
+@dataclass
+class MTPCard:
+    """What the card of an MTP export states."""
+
+    model_ref: str
+    verifier: str
+    speculative_tokens: int
+    license: str | None = None
+    training: dict = field(default_factory=dict)
+    results: dict | None = None
+    results_source: str | None = None
+    plots: list[str] = field(default_factory=list)
+
+
+def read_checkpoint(checkpoint: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config.json of an mtp drafter folder, its tensors), after checking that speculators can express it."""
+    meta = json.loads((checkpoint / "config.json").read_text())
+    options, model_type = meta["config"], meta["target_config"].get("model_type")
+    if not options.get("shared") and options.get("num_modules", 1) > 1:
+        raise DraftsmithError(
+            f"speculators' mtp layout holds one module applied at every step (num_nextn_predict_layers: 1); "
+            f"'{checkpoint}' has {options['num_modules']} separate modules. Train with drafter.shared=true to export it.")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise DraftsmithError(
+            f"speculators' mtp layout is defined here for {', '.join(SUPPORTED_MODEL_TYPES)} targets only; this "
+            f"drafter's target is '{model_type}' (speculators has no MTP layer for it, e.g. Llama).")
+    return meta, load_file(str(checkpoint / "model.safetensors"))
+
+
+def speculators_config(meta: dict, verifier: str, speculative_tokens: int) -> dict:
+    """config.json of the speculators `mtp` format."""
+    layer = {k: v for k, v in meta["target_config"].items() if not k.startswith("_")}
+    return {
+        "speculators_model_type": "mtp",
+        "architectures": ["MTPDraftModel"],
+        "num_nextn_predict_layers": 1,
+        "transformer_layer_config": layer,
+        "speculators_config": {
+            "algorithm": "mtp",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
+                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": verifier, "architectures": list(meta.get("target_architectures") or [])},
+        },
+    }
+
+
+def speculators_tensors(tensors: dict[str, torch.Tensor], final_norm: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Our module's tensors in speculators' names, plus the target's final norm as the layer's final_layernorm."""
+    out = {}
+    for name, tensor in tensors.items():
+        if not name.startswith("mtp_modules.0."):
+            raise DraftsmithError(f"Unexpected tensor '{name}' in an MTP checkpoint.")
+        out[PREFIX + name.removeprefix("mtp_modules.0.").removeprefix("block.")] = tensor
+    out[PREFIX + "final_layernorm.weight"] = final_norm
+    return out
+
+
+def to_checkpoint_tensors(folder: Path) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """An exported folder's tensors back in our names, and the final norm it carries."""
+    tensors = load_file(str(folder / "model.safetensors"))
+    final_norm = tensors.pop(PREFIX + "final_layernorm.weight")
+    ours = {}
+    for name, tensor in tensors.items():
+        rest = name.removeprefix(PREFIX)
+        own = rest.split(".")[0] in ("input_proj", "token_layernorm", "hidden_layernorm")
+        ours["mtp_modules.0." + (rest if own else "block." + rest)] = tensor
+    return ours, final_norm
+
+
+def target_final_norm(meta: dict, verifier: str) -> torch.Tensor:
+    """The frozen final norm of the drafter's target (never stored in drafter folders), loaded from `verifier`."""
+    from draftsmith.target import fingerprint_mismatch, load_target
+
+    target = load_target(verifier)
+    why = fingerprint_mismatch(meta.get("target_fingerprint"), target.fingerprint(), model=False)
+    if meta.get("target_fingerprint") and why:
+        raise DraftsmithError(f"--verifier '{verifier}' is not this drafter's target: {why}.")
+    return target.final_norm.weight.detach().float().cpu().clone()
+
+
+def write(checkpoint: str | Path, fmt: str, staging: Path, options) -> MTPCard:
+    """Write the speculators `mtp` folder into `staging`, check the round trip, add the card."""
+    checkpoint = Path(checkpoint)
+    meta, tensors = read_checkpoint(checkpoint)
+    verifier = options.verifier or meta.get("target_name")
+    if not verifier:
+        raise DraftsmithError(f"'{checkpoint}' does not say which target it drafts for; pass --verifier.")
+    steps = options.speculative_tokens or meta["config"]["num_modules"]
+    final_norm = target_final_norm(meta, verifier)
+    (staging / "config.json").write_text(json.dumps(speculators_config(meta, verifier, steps), indent=2) + "\n")
+    exported = {k: v.contiguous() for k, v in speculators_tensors(tensors, final_norm).items()}
+    save_file(exported, str(staging / "model.safetensors"), metadata={"format": "pt"})
+    back, norm_back = to_checkpoint_tensors(staging)
+    if set(back) != set(tensors) or not all(torch.equal(back[k], tensors[k]) for k in tensors) \
+            or not torch.equal(norm_back, final_norm):
+        raise DraftsmithError(f"The speculators export of '{checkpoint}' does not convert back to the checkpoint.")
+    results_path, results = card.eval_results_for(
+        checkpoint, options.eval_results, lambda r: (r.get("drafter") or {}).get("kind") == "mtp", "is an MTP drafter")
+    facts = MTPCard(model_ref=options.repo_id or str(options.out), verifier=card.verifier_name(verifier),
+                    speculative_tokens=steps, license=options.license, training=card.find_training_info(checkpoint),
+                    results=results, results_source=str(results_path) if results_path else None)
+    plots = card.acceptance_plots(results_path, results, staging)
+    facts.plots = [plot.name for plot in plots]
+    card.write_card(staging, render_card(facts), plots)
+    return facts
+
+
+def render_card(facts: MTPCard) -> str:
+    """README.md of the export: what it is, how vLLM serves it, the training run and measured results."""
+    head = card.front_matter(["speculative-decoding", "mtp", "speculators"], facts.verifier,
+                             card.is_hub_id(facts.verifier), facts.license)
+    serve = (f"vllm serve {facts.verifier} --speculative-config "
+             f"'{{\"model\": \"{facts.model_ref}\", \"num_speculative_tokens\": {facts.speculative_tokens}}}'")
+    return (head + f"\n# MTP drafter for {facts.verifier}\n\nOne multi-token-prediction module (speculators `mtp` "
+            "layout) applied at every draft step; it reads the target's last hidden state and shares the target's "
+            "embedding and lm_head, which this folder does not store.\n\n## Serving\n\n```\n" + serve + "\n```\n\n"
+            + card.training_section(facts.training)
+            + card.results_section(facts.results, facts.results_source, facts.plots))
