@@ -112,3 +112,50 @@ def test_bad_options_name_the_key(tiny_qwen3):
         build(medusa.Config, {"top_k": 0}, prefix="drafter.")
     with pytest.raises(DraftsmithError, match="data.draft_vocab: null"):
         medusa.create(medusa.Config(), tiny_qwen3, draft_vocab=object())
+
+
+def test_trees_hold_each_heads_top_choices_and_decode_losslessly(tiny_qwen3):
+    target = frozen(tiny_qwen3)
+    drafter = make(target, num_heads=3)
+    tokens = torch.tensor([257, 5, 6, 7, 8, 9])
+    features = target.forward(tokens[None, :-1], layers=[target.num_layers - 1], logits=False).features
+    draft = drafter.proposer(target).propose(DecodeState(tokens[None], features), DraftShape(tree=(3, 2, 6)), Sampling())
+    assert len(draft) == 6 and bool((draft.parents < torch.arange(6)).all())
+    feature = features[target.num_layers - 1][0, -1]
+    for node in range(len(draft)):
+        depth, at = 0, node
+        while at >= 0:
+            depth, at = depth + 1, int(draft.parents[at])
+        top = drafter.head(depth - 1, feature).topk(2).indices.tolist()  # a depth-d node is head d-1's pick
+        assert int(draft.tokens[node]) in top
+    prompt = tokens[None]
+    plain = plain_generate(target, prompt, Sampling(), 24, eos=set()).tokens
+    spec = speculative_generate(target, drafter.proposer(target), prompt, DraftShape(tree=(3, 2, 6)), Sampling(), 24,
+                                eos=set())
+    assert spec.tokens == plain
+
+
+def test_the_medusa_export_is_vllms_layout_and_round_trips(tiny_qwen3, tmp_path):
+    import json
+
+    from safetensors.torch import load_file
+
+    from draftsmith.export import export, medusa as medusa_export
+
+    target = frozen(tiny_qwen3)
+    drafter = make(target, num_heads=2, num_layers=2)
+    drafter.save_pretrained(tmp_path / "best")
+    out = export(tmp_path / "best", "medusa", tmp_path / "out", verifier="Qwen/Qwen3-0.6B")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "medusa" and config["architectures"] == ["MedusaModel"]
+    assert (config["num_heads"], config["num_hidden_layers"], config["medusa_fc_bias"]) == (2, 2, True)
+    tensors = load_file(str(out / "model.safetensors"))
+    assert tensors["blocks.1.layers.1.bias"].shape == (64,) and tensors["lm_heads.0.weight"].shape == (320, 64)
+    ours = drafter.state_dict()
+    assert torch.equal(tensors["blocks.1.layers.0.weight"], ours["blocks.1.layers.0.linear.weight"])
+    assert '"method": "medusa"' in (out / "README.md").read_text()
+    # what vLLM would build differently fails the validator: a bias it would not load
+    config["medusa_fc_bias"] = False
+    (out / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DraftsmithError, match="blocks.0.layers.0.bias: not a parameter"):
+        medusa_export.validate(out)

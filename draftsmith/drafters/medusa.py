@@ -24,6 +24,7 @@ from torch import nn
 
 from draftsmith.config import build
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
 
@@ -206,7 +207,7 @@ def load_proposer(folder: str | Path, target) -> MedusaProposer:
 
 # --------------------------------------------------------------------------- decoding
 class MedusaProposer:
-    """Chains of head choices at the last feature; no cache (the heads read one feature each cycle)."""
+    """Chains or trees of head choices at the last feature; no cache (the heads read one feature each cycle)."""
 
     def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
         self.drafter, self.generator = drafter.eval(), generator
@@ -222,12 +223,12 @@ class MedusaProposer:
 
     @torch.no_grad()
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
-        """A chain: head i's choice for draft position i, up to min(length, heads) tokens."""
-        if shape.tree is not None:
-            raise DraftsmithError("Medusa heads draft chains here (--draft-length); trees are not built yet.")
+        """A chain: head i's choice for draft position i, up to min(length, heads) tokens; or a tree."""
         if state.tokens.shape[1] < 2:
             raise DraftsmithError("Medusa heads need two committed tokens (one target feature) to draft.")
         feature = state.features[self.drafter.last_layer][0, -1]  # position T-2: its prediction is x_{T-1}
+        if shape.tree is not None:
+            return self.tree(feature, *shape.tree)
         tokens, probs = [], []
         for i in range(min(shape.length, self.drafter.config.num_heads)):
             logits = self.drafter.head(i, feature)
@@ -239,3 +240,19 @@ class MedusaProposer:
             probs.append(q.cpu())
         drafted = torch.stack(tokens) if tokens else state.tokens[0, :0]
         return Draft(drafted, probs=torch.stack(probs) if probs else None)
+
+    def tree(self, feature: torch.Tensor, depth: int, top_k: int, total_tokens: int) -> Draft:
+        """A sparse tree over the heads' top-k choices: node scores are the product of the heads' probabilities
+        along the path (EAGLE-2's dynamic tree, `tree.dynamic_tree`); depth d's children come from head d, which
+        reads the same feature whatever the parent (Medusa heads do not see the drafted tokens)."""
+        depth = min(depth, self.drafter.config.num_heads)
+        log_probs = [torch.log_softmax(self.drafter.head(i, feature), -1).cpu() for i in range(depth)]
+        depth_of: dict[int, int] = {}
+
+        def grow(node_ids, _tokens, parent_ids):
+            depths = [1 if int(p) < 0 else depth_of[int(p)] + 1 for p in parent_ids]
+            depth_of.update({int(n): d for n, d in zip(node_ids, depths)})
+            return torch.stack([log_probs[d] for d in depths])  # a child of a depth-d node is head d's pick
+
+        tokens, parents, _ = dynamic_tree(log_probs[0], grow, depth, top_k, total_tokens)
+        return Draft(tokens, parents)

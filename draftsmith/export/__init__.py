@@ -4,7 +4,8 @@ One file per drafter family's formats, beside the shared validator (`check.py`, 
 model card (`card.py`):
 - `eagle3.py`: `speculators` (vLLM) and `sglang` folders of an EAGLE-3 drafter;
 - `hf.py`: `hf`, the plain `transformers` folder of a distilled draft LM;
-- `mtp.py`: `speculators`, the speculators `mtp` layout of an MTP drafter (one shared module).
+- `mtp.py`: `speculators`, the speculators `mtp` layout of an MTP drafter (one shared module);
+- `medusa.py`: `medusa`, vLLM's Medusa layout of Medusa heads.
 
 Every writer fills a staging folder next to the destination, validates what it wrote by reading it
 back, checks the round trip and writes the card; only then is the folder renamed into place, so a
@@ -25,9 +26,10 @@ from pathlib import Path
 from draftsmith.errors import DraftsmithError
 from draftsmith.files import replace_folder
 
-WRITERS = {"eagle": "draftsmith.export.eagle3", "draft_lm": "draftsmith.export.hf", "mtp": "draftsmith.export.mtp"}
+WRITERS = {"eagle": "draftsmith.export.eagle3", "draft_lm": "draftsmith.export.hf", "mtp": "draftsmith.export.mtp",
+           "medusa": "draftsmith.export.medusa"}
 """drafter kind (config.json `draftsmith_kind`) -> the module that writes its formats"""
-FORMATS = {"speculators": ("eagle", "mtp"), "sglang": ("eagle",), "hf": ("draft_lm",)}
+FORMATS = {"speculators": ("eagle", "mtp"), "sglang": ("eagle",), "hf": ("draft_lm",), "medusa": ("medusa",)}
 """export format -> the drafter kinds it is for (speculators has a layout per kind)"""
 
 
@@ -102,8 +104,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("checkpoint", help="drafter checkpoint folder written by `draftsmith train`")
     parser.add_argument("--format", required=True, choices=list(FORMATS),
-                        help="speculators (vLLM: EAGLE-3, or MTP with one shared module), sglang (SGLang native EAGLE-3) or hf (a draft LM as a plain "
-                        "transformers folder: assistant_model, vLLM draft_model)")
+                        help="speculators (vLLM: EAGLE-3, or MTP with one shared module), sglang (SGLang native EAGLE-3), hf (a draft LM as a plain "
+                        "transformers folder: assistant_model, vLLM draft_model) or medusa (vLLM's Medusa layout)")
     parser.add_argument("--out", required=True, help="folder to create (must not exist, or be empty)")
     parser.add_argument("--speculative-tokens", type=int,
                         help="draft length written into the config and the serving commands (default: the draft "

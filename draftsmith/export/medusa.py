@@ -1,0 +1,137 @@
+"""`medusa` exports: Medusa heads in vLLM's Medusa layout (DESIGN §4).
+
+vLLM builds `MedusaModel` from `model_type: "medusa"`, `hidden_size`, `vocab_size`, `num_heads`,
+`num_hidden_layers` (ResBlocks per head) and `medusa_fc_bias` (our ResBlocks have a bias, so it is written
+true: without it vLLM builds bias-free blocks and silently drops ours), and loads `blocks.{h}.layers.{l}.weight`
+/ `.bias` and `lm_heads.{h}.weight`. The heads read the target's hidden state after its final norm, as
+vLLM passes it. The validator checks the folder against exactly the parameters that configuration builds,
+and the round trip gives back the checkpoint's tensors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.export import card
+
+FORMATS = ("medusa",)
+CONFIG_KEYS = {"model_type", "architectures", "hidden_size", "vocab_size", "num_heads", "num_hidden_layers",
+               "medusa_fc_bias", "truncated_vocab_size"}
+
+
+@dataclass
+class MedusaCard:
+    """What the card of a Medusa export states."""
+
+    model_ref: str
+    verifier: str
+    num_heads: int
+    num_layers: int
+    parameters: int
+    speculative_tokens: int
+    license: str | None = None
+    training: dict = field(default_factory=dict)
+    results: dict | None = None
+    results_source: str | None = None
+    plots: list[str] = field(default_factory=list)
+
+
+def vllm_config(meta: dict) -> dict:
+    """config.json of vLLM's Medusa layout for a draftsmith Medusa folder's config.json."""
+    options = meta["config"]
+    return {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": meta["hidden_size"],
+            "vocab_size": meta["vocab_size"], "truncated_vocab_size": meta["vocab_size"],
+            "num_heads": options["num_heads"], "num_hidden_layers": options["num_layers"], "medusa_fc_bias": True}
+
+
+def to_vllm(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Our `blocks.{h}.layers.{l}.linear.*` -> vLLM's `blocks.{h}.layers.{l}.*`; `lm_heads.*` unchanged."""
+    return {name.replace(".linear.", "."): t for name, t in tensors.items()}
+
+
+def from_vllm(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inverse of `to_vllm`."""
+    renamed = {}
+    for name, tensor in tensors.items():
+        if name.startswith("blocks."):
+            head, _, layer, leaf = name.split(".")[1:]
+            name = f"blocks.{head}.layers.{layer}.linear.{leaf}"
+        renamed[name] = tensor
+    return renamed
+
+
+def validate(folder: Path) -> None:
+    """The folder holds exactly what vLLM's Medusa builds from its config: every name, every shape."""
+    config = json.loads((folder / "config.json").read_text())
+    problems = [f"config.json lacks {key}" for key in sorted(CONFIG_KEYS - set(config))]
+    problems += [f"config.json has unknown key {key} (engines drop it silently)" for key in sorted(set(config) - CONFIG_KEYS)]
+    if not problems:
+        H, V = config["hidden_size"], config["vocab_size"]
+        expected = {f"lm_heads.{h}.weight": (V, H) for h in range(config["num_heads"])}
+        for h in range(config["num_heads"]):
+            for layer in range(config["num_hidden_layers"]):
+                expected[f"blocks.{h}.layers.{layer}.weight"] = (H, H)
+                if config["medusa_fc_bias"]:
+                    expected[f"blocks.{h}.layers.{layer}.bias"] = (H,)
+        shapes = {name: tuple(t.shape) for name, t in load_file(str(folder / "model.safetensors")).items()}
+        problems += [f"{name}: missing" for name in sorted(set(expected) - set(shapes))]
+        problems += [f"{name}: not a parameter vLLM's Medusa has" for name in sorted(set(shapes) - set(expected))]
+        problems += [f"{name}: shape {shapes[name]}, expected {shape}" for name, shape in expected.items()
+                     if name in shapes and shapes[name] != shape]
+    if problems:
+        raise DraftsmithError(f"The medusa export in '{folder}' is not what vLLM loads: " + "; ".join(problems))
+
+
+def write(checkpoint: Path, fmt: str, staging: Path, options) -> MedusaCard:
+    """Write vLLM's Medusa layout into `staging`, validate it, check the round trip, add the card."""
+    meta = json.loads((checkpoint / "config.json").read_text())
+    tensors = load_file(str(checkpoint / "model.safetensors"))
+    (staging / "config.json").write_text(json.dumps(vllm_config(meta), indent=2) + "\n")
+    save_file({k: v.contiguous() for k, v in to_vllm(tensors).items()}, str(staging / "model.safetensors"),
+              metadata={"format": "pt"})
+    validate(staging)
+    back = from_vllm(load_file(str(staging / "model.safetensors")))
+    if set(back) != set(tensors) or not all(torch.equal(back[n], tensors[n]) for n in tensors):
+        raise DraftsmithError(f"The medusa export in '{staging}' does not convert back to the checkpoint's tensors.")
+    target = options.verifier or card.find_training_info(checkpoint).get("target") or meta.get("target_name")
+    if not target:
+        raise DraftsmithError(f"'{checkpoint}' does not say which target it drafts for; pass --verifier HUB_ID.")
+    results_path, results = card.eval_results_for(
+        checkpoint, options.eval_results, lambda r: (r.get("drafter") or {}).get("kind") == "medusa", "is Medusa heads")
+    verifier = card.verifier_name(target)
+    facts = MedusaCard(
+        model_ref=options.repo_id or str(options.out), verifier=verifier, num_heads=meta["config"]["num_heads"],
+        num_layers=meta["config"]["num_layers"], parameters=sum(t.numel() for t in tensors.values()),
+        speculative_tokens=options.speculative_tokens or meta["config"]["num_heads"],
+        license=options.license or dict(card.HUB_IDS.values()).get(verifier),
+        training=card.find_training_info(checkpoint), results=results,
+        results_source=str(results_path) if results_path else None)
+    plots = card.acceptance_plots(results_path, results, staging)
+    facts.plots = [plot.name for plot in plots]
+    card.write_card(staging, render_card(facts), plots)
+    return facts
+
+
+def render_card(facts: MedusaCard) -> str:
+    """README.md of a Medusa export: metadata, what it is, training, results, serving."""
+    about = [
+        f"# Medusa heads for {facts.verifier}", "",
+        f"{facts.num_heads} Medusa heads trained with draftsmith on the frozen `{facts.verifier}`: head i reads the "
+        "target's last hidden state (after its final norm) and proposes the token i+2 ahead; the target verifies the "
+        "proposals in one pass, so the output is exactly the target's own.", "",
+        "| | |", "|---|---|", f"| heads | {facts.num_heads} |", f"| ResBlocks per head | {facts.num_layers} |",
+        f"| parameters | {facts.parameters:,} |", "| format | vLLM Medusa (`MedusaModel`) |", ""]
+    k = facts.speculative_tokens
+    serving = ["## Serving", "", "```bash", f"vllm serve {facts.verifier} --speculative-config "
+               f"'{json.dumps({'method': 'medusa', 'model': facts.model_ref, 'num_speculative_tokens': k})}'", "```", ""]
+    tags = ["speculative-decoding", "medusa", "draftsmith", "vllm"]
+    return "\n".join([card.front_matter(tags, facts.verifier, card.is_hub_id(facts.verifier), facts.license),
+                      "\n".join(about), card.training_section(facts.training),
+                      card.results_section(facts.results, facts.results_source, facts.plots),
+                      card.verifier_section(facts.training, facts.verifier), "\n".join(serving)])
