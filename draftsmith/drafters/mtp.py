@@ -191,7 +191,7 @@ class Drafter(nn.Module):
         """(lambda/D) sum_k CE_k against the target's own distribution; loss_j / acc_j for step j = k-1."""
         last = batch["features"][self.last_layer]
         outputs = self.teacher_forced(batch["input_ids"], last, batch.get("attention_mask"))
-        loss_mask, length = batch["loss_mask"].bool(), last.shape[1]
+        loss_mask = batch["loss_mask"].bool()
         total, metrics = last.new_zeros((), dtype=torch.float32), {}
         for j, hidden in enumerate(outputs):
             step = j + 1  # index t predicts x_{t+step+1}: the target's prediction at position t+step
