@@ -92,6 +92,7 @@ KINDS = {
     "draft_lm": "draftsmith.drafters.draft_lm",
     "mtp": "draftsmith.drafters.mtp",
     "medusa": "draftsmith.drafters.medusa",
+    "dflash": "draftsmith.drafters.dflash",
 }
 
 

@@ -1,0 +1,264 @@
+"""DFlash: the loss by hand, the attention mask, proposing = training forward, lossless greedy, frozen target,
+anchors, errors."""
+
+import hashlib
+
+import pytest
+import torch
+from tiny import tiny_target
+
+from draftsmith.config import build
+from draftsmith.data.capture import parse_layers
+from draftsmith.drafters import DecodeState, DraftShape, Sampling, dflash, kind_module
+from draftsmith.errors import DraftsmithError
+from draftsmith.eval.decoder import plain_generate, speculative_generate
+
+
+def frozen(target):
+    target.model.requires_grad_(False)
+    return target
+
+
+def make(target, seed=0, **options):
+    """A drafter whose norms are not all ones, so a norm applied in the wrong place shows."""
+    drafter = dflash.create(dflash.Config(**options), target)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in drafter.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    return drafter
+
+
+def batch_for(target, drafter, length=20):
+    ids = torch.randint(0, 256, (2, length), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[:, :5] = 0
+    features = target.forward(ids, layers=drafter.required_layers, logits=False).features
+    return {"input_ids": ids, "loss_mask": mask, "attention_mask": torch.ones_like(ids), "features": features}
+
+
+# --------------------------------------------------------------------------- a block written out by hand
+def rms(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rotate(x, positions, theta):
+    d = x.shape[-1]
+    angles = positions[:, None].float() * (1.0 / theta ** (torch.arange(0, d, 2).float() / d))[None]
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+    return x * cos + torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1) * sin
+
+
+def by_hand(drafter, target, context_features, block_ids, anchor):
+    """Normed hiddens [B, H] of one block at `anchor` over `context_features` [anchor, nH]: plain softmax
+    attention of the block's queries over [context; block] keys, no mask at all (the context is cut by hand)."""
+    cfg, eps = drafter.layer_config, drafter.layer_config.rms_norm_eps
+    theta, d = cfg.rope_parameters["rope_theta"], cfg.head_dim
+    c = rms(context_features @ drafter.fc.weight.T, drafter.hidden_norm.weight, eps)
+    x = target.model.get_input_embeddings().weight[block_ids]
+    ctx_pos, blk_pos = torch.arange(anchor), torch.arange(anchor, anchor + len(block_ids))
+    for layer in drafter.layers:
+        a = layer.self_attn
+        h = rms(x, layer.input_layernorm.weight, eps)
+        q = rotate(rms((h @ a.q_proj.weight.T).view(len(h), -1, d), a.q_norm.weight, eps).transpose(0, 1), blk_pos, theta)
+        keys, values = [], []
+        for source, pos in ((c, ctx_pos), (h, blk_pos)):
+            k = rms((source @ a.k_proj.weight.T).view(len(source), -1, d), a.k_norm.weight, eps).transpose(0, 1)
+            keys.append(rotate(k, pos, theta))
+            values.append((source @ a.v_proj.weight.T).view(len(source), -1, d).transpose(0, 1))
+        k, v = torch.cat(keys, 1), torch.cat(values, 1)
+        group = q.shape[0] // k.shape[0]
+        k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        out = torch.softmax(q @ k.transpose(1, 2) / d**0.5, -1) @ v
+        x = x + out.transpose(0, 1).reshape(len(h), -1) @ a.o_proj.weight.T
+        h = rms(x, layer.post_attention_layernorm.weight, eps)
+        m = layer.mlp
+        x = x + (torch.nn.functional.silu(h @ m.gate_proj.weight.T) * (h @ m.up_proj.weight.T)) @ m.down_proj.weight.T
+    return rms(x, drafter.norm.weight, eps)
+
+
+def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3):
+    target = frozen(tiny_qwen3)
+    drafter = make(target, block_size=4, num_layers=2, gamma=2.0)
+    batch = batch_for(target, drafter)
+    anchors = torch.tensor([[4, 9, 17], [6, 12, -1]])  # 17: positions past the end are not counted; -1 unused
+    value, metrics = drafter(batch, target.head, anchors=anchors)
+    with torch.no_grad():
+        out = target.model(batch["input_ids"], output_hidden_states=True)
+        p = torch.softmax(out.logits.float(), -1)
+        context = torch.cat([batch["features"][i] for i in drafter.layer_ids], -1)
+        ce = {k: [] for k in (1, 2, 3)}
+        hits = {k: [] for k in (1, 2, 3)}
+        for row, anchor in [(0, 4), (0, 9), (0, 17), (1, 6), (1, 12)]:
+            block = torch.tensor([int(batch["input_ids"][row, anchor])] + [drafter.mask_token_id] * 3)
+            hidden = by_hand(drafter, target, context[row, :anchor], block, anchor)
+            log_q = torch.log_softmax(hidden @ target.model.lm_head.weight.T, -1)
+            for k in (1, 2, 3):
+                if anchor + k < 20:  # every position from 5 on is loss-masked
+                    ce[k].append(-(p[row, anchor + k - 1] * log_q[k]).sum())
+                    hits[k].append(float(log_q[k].argmax() == p[row, anchor + k - 1].argmax()))
+        total = sum(torch.exp(torch.tensor(-(k - 1) / 2.0)) * torch.stack(ce[k]).mean() for k in (1, 2, 3))
+    torch.testing.assert_close(value, total, rtol=1e-4, atol=1e-5)
+    for k in (1, 2, 3):
+        assert metrics[f"acc_{k - 1}"] == pytest.approx(sum(hits[k]) / len(hits[k]))
+
+
+def test_the_attention_mask_is_context_before_the_anchor_and_the_whole_own_block():
+    anchors, length, size = torch.tensor([[3, 7], [1, 5]]), 10, 4
+    mask = dflash.block_attention_mask(anchors, length, size)
+    assert mask.shape == (2, 1, 8, 18)
+    for row in range(2):
+        for query in range(8):
+            n = query // size
+            for key in range(18):
+                if key < length:
+                    expected = key < int(anchors[row, n])
+                else:
+                    expected = (key - length) // size == n
+                assert bool(mask[row, 0, query, key]) == expected
+
+
+def test_anchors_lie_in_loss_masked_spans_and_are_seeded(tiny_qwen3):
+    drafter = make(frozen(tiny_qwen3), anchors_per_sequence=3)
+    ids = torch.arange(40).view(2, 20)
+    loss_mask = torch.zeros(2, 20, dtype=torch.long)
+    loss_mask[0, 8:12] = 1
+    loss_mask[1, 3:] = 1
+    anchors = drafter.sample_anchors(ids, loss_mask)
+    assert len(set(anchors[0].tolist())) == 3 and set(anchors[0].tolist()) <= {7, 8, 9, 10}  # x_{a+1} in 8..11
+    for row in range(2):
+        for a in anchors[row].tolist():
+            assert a >= 1 and loss_mask[row, a + 1] == 1
+    assert torch.equal(anchors, drafter.sample_anchors(ids, loss_mask))
+    draws = {tuple(drafter.sample_anchors(ids, loss_mask, torch.tensor([s, 0]))[1].tolist()) for s in range(8)}
+    assert len(draws) > 1  # other samples, other anchors
+    short = torch.zeros(1, 20, dtype=torch.long)
+    short[0, 19] = 1  # one possible anchor (18, whose first label is the last token): the rest are unused
+    assert drafter.sample_anchors(ids[:1], short).tolist() == [[18, -1, -1]]
+
+
+def test_default_layers_match_the_capture_spec():
+    layers, count = 30, 5  # SmolLM2-135M
+    assert dflash.default_layer_ids(layers, count) == [1, 8, 14, 20, 27]
+
+    class Fake:
+        num_layers, name = layers, "fake"
+
+    assert parse_layers(f"dflash:{count}", Fake()) == dflash.default_layer_ids(layers, count) + [layers - 1]
+
+
+def test_proposing_equals_the_training_forward_on_the_same_block(tiny_qwen3):
+    target = frozen(tiny_qwen3)
+    drafter = make(target, block_size=8, num_layers=2)
+    tokens = torch.tensor([[257, 5, 6, 7, 8, 9, 10, 11, 12]])
+    features = target.forward(tokens, layers=drafter.required_layers, logits=False).features
+    T = tokens.shape[1]
+    with torch.no_grad():
+        expected = drafter.logits(drafter.block_hidden(tokens, features, torch.tensor([[T - 1]]))[0, 0, 1:])
+    proposer = drafter.proposer(target)
+    for cut in (5, T):  # a shorter prefix first, so the second call extends the cached context
+        state = DecodeState(tokens[:, :cut], {i: f[:, : cut - 1] for i, f in features.items()})
+        got = proposer.block_logits(state)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    draft = proposer.propose(state, DraftShape(length=5), Sampling())
+    assert draft.tokens.tolist() == expected[:5].argmax(-1).tolist()
+    rolled = tokens.clone()
+    rolled[0, 6:] = 40  # a rejected suffix: the cache must drop positions 6.. and recompute them
+    rolled_features = target.forward(rolled, layers=drafter.required_layers, logits=False).features
+    state = DecodeState(rolled, {i: f[:, : T - 1] for i, f in rolled_features.items()})
+    fresh = drafter.proposer(target).block_logits(state)
+    torch.testing.assert_close(proposer.block_logits(state), fresh, rtol=1e-5, atol=1e-5)
+
+
+def test_sampled_drafts_carry_their_distributions(tiny_qwen3):
+    target = frozen(tiny_qwen3)
+    drafter = make(target, block_size=4)
+    tokens = torch.tensor([[257, 5, 6, 7]])
+    features = target.forward(tokens[:, :-1], layers=drafter.required_layers, logits=False).features
+    draft = drafter.proposer(target, torch.Generator().manual_seed(0)).propose(
+        DecodeState(tokens, features), DraftShape(length=8), Sampling(temperature=0.7))
+    assert len(draft) == 3 and draft.probs.shape == (3, 320)
+    torch.testing.assert_close(draft.probs.sum(-1), torch.ones(3))
+    assert bool((draft.probs[torch.arange(3), draft.tokens] > 0).all())
+
+
+@pytest.mark.parametrize("arch,block_size", [("qwen3", 4), ("qwen3", 8), ("llama", 8)])
+def test_greedy_decoding_is_token_identical_to_the_plain_loop(arch, block_size):
+    target = frozen(tiny_target(arch))
+    drafter = make(target, block_size=block_size)
+    prompt = torch.tensor([[257, 5, 6, 7, 8, 9]])
+    plain = plain_generate(target, prompt, Sampling(), 40, eos=set()).tokens
+    spec = speculative_generate(target, drafter.proposer(target), prompt, DraftShape(length=block_size - 1),
+                                Sampling(), 40, eos=set())
+    assert spec.tokens == plain
+    assert all(cycle.drafted == block_size - 1 for cycle in spec.cycles[:-1])
+
+
+def test_training_moves_the_drafter_only_and_the_folder_round_trips(tiny_qwen3, tmp_path):
+    target = frozen(tiny_qwen3)
+    digest = lambda: hashlib.sha256(b"".join(t.numpy().tobytes() for _, t in sorted(target.model.state_dict().items())))
+    before = digest().hexdigest()
+    drafter = dflash.create(dflash.Config(block_size=4), target)
+    start = {k: v.clone() for k, v in drafter.state_dict().items()}
+    optimizer = torch.optim.AdamW(drafter.parameters(), lr=1e-2)
+    batch = batch_for(target, drafter)
+    for _ in range(3):
+        loss, _ = drafter.loss(batch, target.head)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert digest().hexdigest() == before
+    assert not torch.equal(start["fc.weight"], drafter.fc.weight)
+    assert not any(k.startswith(("embed", "lm_head")) for k in drafter.state_dict())  # target parts never stored
+    drafter.save_pretrained(tmp_path / "d")
+    loaded = kind_module("dflash").Drafter.from_pretrained(tmp_path / "d", target)
+    assert (loaded.layer_ids, loaded.mask_token_id) == (drafter.layer_ids, drafter.mask_token_id)
+    torch.testing.assert_close(loaded.loss(batch, target.head)[0], drafter.loss(batch, target.head)[0])
+
+
+def test_bad_input_names_the_key(tiny_qwen3):
+    with pytest.raises(DraftsmithError, match="drafter.block_size must be at least 2"):
+        build(dflash.Config, {"block_size": 1}, prefix="drafter.")
+    with pytest.raises(DraftsmithError, match="drafter.num_target_layers=9 but target 'tiny-qwen3' has only 8"):
+        dflash.create(dflash.Config(num_target_layers=9), tiny_qwen3)
+    with pytest.raises(DraftsmithError, match="drafter.target_layer_ids"):
+        dflash.create(dflash.Config(target_layer_ids=[1, 8]), tiny_qwen3)
+    with pytest.raises(DraftsmithError, match="drafter.mask_token_id=65 is '.', a token the tokenizer uses for real"):
+        dflash.create(dflash.Config(mask_token_id=65), tiny_qwen3)
+    with pytest.raises(DraftsmithError, match="data.draft_vocab: null"):
+        dflash.create(dflash.Config(), tiny_qwen3, draft_vocab=object())
+
+
+def test_the_mask_token_is_the_tokenizers_or_an_id_no_text_uses(tiny_qwen3):
+    assert dflash.create(dflash.Config(), tiny_qwen3).mask_token_id == 259  # byte tokenizer: 259 ids, 320 rows
+    assert dflash.create(dflash.Config(mask_token_id=258), tiny_qwen3).mask_token_id == 258  # a special token
+    tiny_qwen3.tokenizer.mask_token = "<|im_start|>"
+    assert dflash.create(dflash.Config(), tiny_qwen3).mask_token_id == 257
+
+
+def test_the_training_loop_trains_a_dflash_drafter_and_decodes_it(tmp_path):
+    from test_train import memory_data, read_log, recipe_dict, write_recipe
+
+    from draftsmith.config import load
+    from draftsmith.train.config import TrainConfig
+    from draftsmith.train.recipe import TrainRecipe
+
+    target = frozen(tiny_target())
+    with torch.no_grad():  # a peaked target distribution, so there is something to learn beyond its entropy
+        target.model.lm_head.weight.mul_(30)
+    config_dict = recipe_dict({"target": "unused", "prepared": None}, max_steps=12, lr=3e-3, eval_every=12,
+                              checkpoint_every=12)
+    config_dict["drafter"] = {"kind": "dflash", "block_size": 4, "anchors_per_sequence": 4}
+    config_dict["data"] = {"features": "in-memory", "batch_size": 2, "max_length": 48}
+    config_dict["output_dir"] = str(tmp_path / "run")
+    config = load(TrainConfig, write_recipe(tmp_path / "recipe.yaml", config_dict))
+    layers = dflash.create(dflash.Config(block_size=4), target).required_layers
+    recipe = TrainRecipe(config, data=memory_data(target, layers, n_train=2), target=target)
+    recipe.setup()
+    recipe.train()
+    recipe.cleanup()
+    log = read_log(tmp_path / "run")
+    assert log[-1]["loss"] < 0.6 * log[0]["loss"]
+    assert {"acc_0", "acc_1", "acc_2"} <= set(log[0])
+    assert read_log(tmp_path / "run", "eval")[-1]["acceptance_length"] >= 1.0  # a real decode of the drafter
+    assert dflash.load_proposer(tmp_path / "run" / "best", target).drafter.config.block_size == 4
