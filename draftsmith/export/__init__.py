@@ -5,7 +5,8 @@ model card (`card.py`):
 - `eagle3.py`: `speculators` (vLLM) and `sglang` folders of an EAGLE-3 drafter;
 - `hf.py`: `hf`, the plain `transformers` folder of a distilled draft LM;
 - `mtp.py`: `speculators`, the speculators `mtp` layout of an MTP drafter (one shared module);
-- `medusa.py`: `medusa`, vLLM's Medusa layout of Medusa heads.
+- `medusa.py`: `medusa`, vLLM's Medusa layout of Medusa heads;
+- `dflash.py`: `dflash`, the DFlash reference layout (`DFlashDraftModel`) of a DFlash drafter.
 
 Every writer fills a staging folder next to the destination, validates what it wrote by reading it
 back, checks the round trip and writes the card; only then is the folder renamed into place, so a
@@ -27,9 +28,10 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.files import replace_folder
 
 WRITERS = {"eagle": "draftsmith.export.eagle3", "draft_lm": "draftsmith.export.hf", "mtp": "draftsmith.export.mtp",
-           "medusa": "draftsmith.export.medusa"}
+           "medusa": "draftsmith.export.medusa", "dflash": "draftsmith.export.dflash"}
 """drafter kind (config.json `draftsmith_kind`) -> the module that writes its formats"""
-FORMATS = {"speculators": ("eagle", "mtp"), "sglang": ("eagle",), "hf": ("draft_lm",), "medusa": ("medusa",)}
+FORMATS = {"speculators": ("eagle", "mtp"), "sglang": ("eagle",), "hf": ("draft_lm",), "medusa": ("medusa",),
+           "dflash": ("dflash",)}
 """export format -> the drafter kinds it is for (speculators has a layout per kind)"""
 
 
@@ -105,7 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("checkpoint", help="drafter checkpoint folder written by `draftsmith train`")
     parser.add_argument("--format", required=True, choices=list(FORMATS),
                         help="speculators (vLLM: EAGLE-3, or MTP with one shared module), sglang (SGLang native EAGLE-3), hf (a draft LM as a plain "
-                        "transformers folder: assistant_model, vLLM draft_model) or medusa (vLLM's Medusa layout)")
+                        "transformers folder: assistant_model, vLLM draft_model), medusa (vLLM's Medusa layout) or dflash (the DFlash reference's DFlashDraftModel)")
     parser.add_argument("--out", required=True, help="folder to create (must not exist, or be empty)")
     parser.add_argument("--speculative-tokens", type=int,
                         help="draft length written into the config and the serving commands (default: the draft "
