@@ -50,6 +50,9 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
         ("draft time fraction", _num(results["draft_time_fraction"], 3)),
         ("lossless (identical / checked)", f"{results['lossless']['identical']} / {results['lossless']['checked']}"),
     ]
+    for name, row in results.get("per_category", {}).items():
+        rows.append((f"category {name} ({row['prompts']} prompts): τ, speedup",
+                     f"{_num(row['acceptance_length'])}, {_num(row['speedup'])}×"))
     return rows
 
 

@@ -1,0 +1,198 @@
+"""The measured cost model of one accelerator: seconds of a batched target forward over (b, n, c).
+
+`profile` times real forwards of the target: b requests, each adding n new tokens after c cached
+ones, left-padded with an attention mask exactly as a padded batch is served. Two tables come out:
+decode/verify passes (b, n small, c > 0) and prefills (b, prompt length n, c = 0). `CostModel`
+interpolates them multilinearly (linearly beyond the grid), so a measured point is returned as
+measured. A batch whose requests differ pays for its widest row and longest context (padding), which
+is what the padded forward costs. `check_batched` compares the model with fresh real forwards of
+mixed batches (b = 2..4); the result is stored in the profile and printed in every report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from draftsmith.errors import DraftsmithError
+
+FORMAT = "draftsmith-costmodel/1"
+
+
+# --------------------------------------------------------------------------- interpolation
+def interpolate(axes: list[list[float]], values: np.ndarray, point: tuple[float, ...]) -> float:
+    """Multilinear interpolation of `values` (shape = axis lengths) at `point`, linear past the edges."""
+    if not axes:
+        return float(values)
+    grid, x = axes[0], point[0]
+    if len(grid) == 1:
+        return interpolate(axes[1:], values[0], point[1:])
+    i = int(np.clip(np.searchsorted(grid, x) - 1, 0, len(grid) - 2))
+    weight = (x - grid[i]) / (grid[i + 1] - grid[i])
+    low = interpolate(axes[1:], values[i], point[1:])
+    high = interpolate(axes[1:], values[i + 1], point[1:])
+    return low + weight * (high - low)
+
+
+@dataclass
+class CostModel:
+    """Interpolated forward times (seconds) of the profiled target, plus how and where they were measured."""
+
+    decode_axes: list[list[float]]  # batch sizes, new tokens per request, context lengths
+    decode_s: np.ndarray  # [len(b), len(n), len(c)] median seconds
+    prefill_axes: list[list[float]]  # batch sizes, prompt lengths
+    prefill_s: np.ndarray  # [len(b), len(n)]
+    target: dict  # Target.fingerprint()
+    machine: dict
+    batched_check: list[dict]
+
+    def step(self, batch: int, new_tokens: int, context: int) -> float:
+        """Seconds of one decode/verify pass: `batch` rows of `new_tokens` each after `context` cached ones."""
+        seconds = interpolate(self.decode_axes, self.decode_s, (batch, new_tokens, context))
+        return max(seconds, float(self.decode_s.min()) * 0.5)  # extrapolation must not reach zero
+
+    def prefill(self, batch: int, prompt_tokens: int) -> float:
+        """Seconds of prefilling `batch` prompts padded to `prompt_tokens`."""
+        seconds = interpolate(self.prefill_axes, self.prefill_s, (batch, prompt_tokens))
+        return max(seconds, float(self.prefill_s.min()) * 0.5)
+
+    def to_json(self) -> dict:
+        """The profile as stored on disk."""
+        return {"format": FORMAT, "target": self.target, "machine": self.machine,
+                "decode": {"batch": self.decode_axes[0], "new_tokens": self.decode_axes[1],
+                           "context": self.decode_axes[2], "seconds": self.decode_s.tolist()},
+                "prefill": {"batch": self.prefill_axes[0], "prompt_tokens": self.prefill_axes[1],
+                            "seconds": self.prefill_s.tolist()},
+                "batched_check": self.batched_check}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the profile as JSON (parent folders made)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        return path
+
+
+def load_profile(path: str | Path) -> CostModel:
+    """Read a profile written by `serve-sim profile` (from this machine or any other)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DraftsmithError(f"Profile '{path}' does not exist. Make one with: draftsmith serve-sim profile --out {path}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise DraftsmithError(f"{path}:{err.lineno}: not valid JSON ({err.msg}).") from None
+    if data.get("format") != FORMAT:
+        raise DraftsmithError(f"'{path}' is not a draftsmith cost profile (format {data.get('format')!r}, expected {FORMAT}).")
+    decode, prefill = data["decode"], data["prefill"]
+    return CostModel([decode["batch"], decode["new_tokens"], decode["context"]], np.array(decode["seconds"]),
+                     [prefill["batch"], prefill["prompt_tokens"]], np.array(prefill["seconds"]),
+                     data["target"], data["machine"], data.get("batched_check", []))
+
+
+# --------------------------------------------------------------------------- measuring
+def time_forward(target, contexts: list[int], new_tokens: list[int] | int, repeats: int = 3, seed: int = 0) -> float:
+    """Median seconds of one real padded forward: row i has `contexts[i]` cached tokens and adds `new_tokens[i]`.
+
+    Rows are left-padded to the longest context and the widest step, with an attention mask and
+    per-row positions; the cache is cropped back after every timed pass. Context 0 times a prefill."""
+    import torch
+    from transformers import DynamicCache
+
+    news = [new_tokens] * len(contexts) if isinstance(new_tokens, int) else list(new_tokens)
+    width, longest = max(news), max(contexts)
+    generator = torch.Generator().manual_seed(seed)
+    vocab = target.vocab_size
+
+    def padded(lengths: list[int], size: int):
+        ids = torch.randint(0, vocab, (len(lengths), size), generator=generator)
+        mask = torch.zeros(len(lengths), size, dtype=torch.long)
+        for row, length in enumerate(lengths):
+            mask[row, size - length:] = 1
+        return ids, mask
+
+    device = target.device
+    with torch.no_grad():
+        cache = DynamicCache(config=target.config)
+        mask = torch.zeros(len(contexts), 0, dtype=torch.long)
+        if longest:
+            ids, mask = padded(contexts, longest)
+            target.forward(ids.to(device), attention_mask=mask.to(device),
+                           position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device), cache=cache, logits_to_keep=1)
+        step_ids, step_mask = padded(news, width)
+        full_mask = torch.cat([mask, step_mask], dim=1)
+        positions = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, longest:]
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            # a prefill keeps only the last logits (as the decoder's prefill does); a verify pass needs all
+            target.forward(step_ids.to(device), attention_mask=full_mask.to(device), position_ids=positions.to(device),
+                           cache=cache, logits_to_keep=0 if longest else 1)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+            if longest:
+                cache.crop(-width)
+            else:
+                cache = DynamicCache(config=target.config)
+    return float(np.median(times))
+
+
+def machine(target) -> dict:
+    """What the timings depend on: CPU or GPU model, cores, threads, library versions, dtype."""
+    import torch
+
+    cpu = platform.processor()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    from draftsmith.eval.small_batch import installed_rows
+
+    return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "device": torch.cuda.get_device_name() if target.device.type == "cuda" else str(target.device),
+            "dtype": str(target.dtype).removeprefix("torch."), "small_batch_linear_rows": installed_rows(target.model)}
+
+
+def profile(target, batches, new_tokens, contexts, prompt_lengths, repeats: int = 3, progress=print) -> CostModel:
+    """Time the decode grid (b, n, c) and the prefill grid (b, prompt length); then the mixed-batch check."""
+    batches, new_tokens, contexts, prompt_lengths = (sorted(set(int(v) for v in axis))
+                                                      for axis in (batches, new_tokens, contexts, prompt_lengths))
+    decode = np.zeros((len(batches), len(new_tokens), len(contexts)))
+    for i, b in enumerate(batches):
+        for k, c in enumerate(contexts):
+            for j, n in enumerate(new_tokens):
+                decode[i, j, k] = time_forward(target, [c] * b, n, repeats)
+            progress(f"decode b={b} c={c}: " + ", ".join(f"n={n} {decode[i, j, k] * 1e3:.0f} ms" for j, n in enumerate(new_tokens)))
+    prefill = np.zeros((len(batches), len(prompt_lengths)))
+    for i, b in enumerate(batches):
+        for j, n in enumerate(prompt_lengths):
+            prefill[i, j] = time_forward(target, [0] * b, n, repeats)
+        progress(f"prefill b={b}: " + ", ".join(f"{n} tokens {prefill[i, j] * 1e3:.0f} ms" for j, n in enumerate(prompt_lengths)))
+    model = CostModel([batches, new_tokens, contexts], decode, [batches, prompt_lengths], prefill,
+                      target.fingerprint(), machine(target), [])
+    model.batched_check = check_batched(model, target, repeats=repeats)
+    return model
+
+
+def check_batched(model: CostModel, target, batch_sizes=(2, 3, 4), trials: int = 3, repeats: int = 3, seed: int = 0) -> list[dict]:
+    """Real forwards of mixed batches (random contexts and widths inside the grid) against the model's estimate."""
+    rng = np.random.default_rng(seed)
+    low, high = model.decode_axes[2][0], model.decode_axes[2][-1]
+    rows = []
+    for b in batch_sizes:
+        for trial in range(trials):
+            contexts = [int(c) for c in rng.integers(low, high + 1, size=b)]
+            news = [int(n) for n in rng.integers(1, int(model.decode_axes[1][-1]) + 1, size=b)]
+            measured = time_forward(target, contexts, news, repeats, seed=trial)
+            estimate = model.step(b, max(news), max(contexts))
+            rows.append({"batch": b, "contexts": contexts, "new_tokens": news, "measured_ms": measured * 1e3,
+                         "model_ms": estimate * 1e3, "error": estimate / measured - 1})
+    return rows
