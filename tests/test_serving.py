@@ -186,3 +186,90 @@ def test_seeded_runs_reproduce_exactly():
     again = experiment.run_all(cost_model(), [trace_set(prompts)], seed=7, **grid)
     other = experiment.run_all(cost_model(), [trace_set(prompts)], seed=8, **grid)
     assert json.dumps(first["runs"]) == json.dumps(again["runs"]) != json.dumps(other["runs"])
+
+
+# --------------------------------------------------------------------------- the commands, end to end on a tiny target
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A tiny target folder, its traces from `draftsmith eval --save-traces` and its profile from `serve-sim profile`."""
+    from tiny import byte_tokenizer, tiny_model
+
+    root = tmp_path_factory.mktemp("serve")
+    folder = root / "tiny-target"
+    tiny_model("llama").save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"prompt": "abc abc abc abc", "category": "code"}, {"prompt": "hello there", "category": "chat"},
+        {"prompt": "def f(x): return x x x", "category": "code"}]))
+    assert cli.main(["eval", "--target", str(folder), "--drafter", "prompt-lookup", "--prompts", str(prompts),
+                     "--num-prompts", "3", "--max-new-tokens", "12", "--draft-length", "3", "--draft-lengths", "1,3",
+                     "--save-traces", "--no-adaptive-lookup", "--no-transformers-baseline", "--no-small-batch-linear",
+                     "--out", str(root / "eval")]) == 0
+    assert cli.main(["serve-sim", "profile", "--target", str(folder), "--out", str(root / "profile.json"),
+                     "--batch-sizes", "1", "2", "4", "--new-tokens", "1", "4", "--contexts", "16", "48",
+                     "--prompt-lengths", "8", "32", "--repeats", "1", "--no-small-batch-linear"]) == 0
+    return root
+
+
+def test_eval_writes_traces_and_breaks_down_by_category(tiny_run):
+    traces = json.loads((tiny_run / "eval" / "traces.json").read_text())
+    assert traces["main"] == "3" and traces["draft_lengths"] == [1, 3] and len(traces["prompts"]) == 3
+    for row in traces["prompts"]:
+        for run in row["runs"].values():  # every output token is the prefill's or a cycle's, once
+            assert 1 + sum(cycle[2] for cycle in run["cycles"]) == run["new_tokens"] == row["new_tokens"]
+    results = json.loads((tiny_run / "eval" / "results.json").read_text())
+    assert set(results["per_category"]) == {"chat", "code"} and results["per_category"]["code"]["prompts"] == 2
+    assert "category code (2 prompts)" in (tiny_run / "eval" / "report.md").read_text()
+
+
+def test_serve_sim_run_writes_results_and_report(tiny_run, capsys):
+    out = tiny_run / "sim"
+    assert cli.main(["serve-sim", "run", "--profile", str(tiny_run / "profile.json"), "--traces",
+                     str(tiny_run / "eval" / "traces.json"), "--rates", "5", "50", "--num-requests", "20",
+                     "--max-batch", "4", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "concurrency 1" in printed and "batched forwards b=2..4" in printed
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["runs"]) == 2 * 4 * 3 and set(results["runs"][0]["per_category"]) <= {"chat", "code"}
+    page = (out / "report.html").read_text()
+    assert "Validation against reality" in page and "2505.17074" in page and page.count("data:image/png") == 5
+
+
+@pytest.mark.parametrize("change, message", [
+    (["--rates", "0"], "must be > 0"),
+    (["--rates", "-1"], "must be > 0"),
+    (["--policies", "fcfs", "shortest"], "Unknown policy 'shortest'"),
+    (["--num-requests", "0"], "empty workload"),
+    (["--speculation", "sometimes"], "Unknown speculation mode"),
+    (["--max-batch", "16"], "outside the profiled batch sizes"),
+    ("other-target", "do not fit profile"),
+    ("empty-arrivals", "workload would be empty"),
+])
+def test_serve_sim_bad_input_is_refused_and_nothing_written(tiny_run, tmp_path, capsys, change, message):
+    traces = tiny_run / "eval" / "traces.json"
+    if change == "other-target":
+        data = json.loads(traces.read_text())
+        data["target"]["config_sha256"] = "0" * 64
+        traces = tmp_path / "traces.json"
+        traces.write_text(json.dumps(data))
+        change = []
+    elif change == "empty-arrivals":
+        (tmp_path / "arrivals.json").write_text("[]")
+        change = ["--arrivals", str(tmp_path / "arrivals.json")]
+    out = tmp_path / "sim"
+    code = cli.main(["serve-sim", "run", "--profile", str(tiny_run / "profile.json"), "--traces", str(traces),
+                     "--out", str(out), *change])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_replayed_arrivals_name_their_prompts(tiny_run, tmp_path):
+    name = json.loads((tiny_run / "eval" / "traces.json").read_text())["prompts"][1]["name"]
+    (tmp_path / "arrivals.json").write_text(json.dumps([{"time": 0.0, "prompt": name}, {"time": 0.01, "prompt": name}, 0.02]))
+    out = tmp_path / "sim"
+    assert cli.main(["serve-sim", "run", "--profile", str(tiny_run / "profile.json"), "--traces",
+                     str(tiny_run / "eval" / "traces.json"), "--arrivals", str(tmp_path / "arrivals.json"),
+                     "--policies", "fcfs", "--speculation", "fixed", "--max-batch", "2", "--out", str(out)]) == 0
+    run = json.loads((out / "results.json").read_text())["runs"][0]
+    assert run["rate"] == "replay" and run["summary"]["requests"] == 3
