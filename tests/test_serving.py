@@ -273,3 +273,13 @@ def test_replayed_arrivals_name_their_prompts(tiny_run, tmp_path):
                      "--policies", "fcfs", "--speculation", "fixed", "--max-batch", "2", "--out", str(out)]) == 0
     run = json.loads((out / "results.json").read_text())["runs"][0]
     assert run["rate"] == "replay" and run["summary"]["requests"] == 3
+
+
+def test_fixed_length_must_be_a_traced_one(tiny_run, tmp_path, capsys):
+    args = ["serve-sim", "run", "--profile", str(tiny_run / "profile.json"), "--traces", str(tiny_run / "eval" / "traces.json"),
+            "--max-batch", "2", "--rates", "20", "--num-requests", "5", "--policies", "fcfs"]
+    assert cli.main([*args, "--fixed-length", "2", "--out", str(tmp_path / "no")]) == 2
+    assert "traced lengths [1, 3]" in capsys.readouterr().err and not (tmp_path / "no").exists()
+    assert cli.main([*args, "--fixed-length", "1", "--out", str(tmp_path / "yes")]) == 0
+    (traced,) = json.loads((tmp_path / "yes" / "results.json").read_text())["traces"].values()
+    assert traced["main_length"] == 1

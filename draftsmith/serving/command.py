@@ -60,6 +60,8 @@ class RunConfig:
     """draft length per pass: off (plain decoding), fixed (the traced main length), adaptive (0 included)"""
     num_requests: int = 200
     """requests per simulation (prompts drawn from the traces, seeded)"""
+    fixed_length: int = 0
+    """draft length of the 'fixed' mode, one of the traced lengths (0 = the length the eval ran with --draft-length)"""
     max_batch: int = 8
     """continuous batching: most requests in one pass"""
     seed: int = 0
@@ -136,6 +138,12 @@ def simulate_and_report(config: RunConfig) -> dict:
 
     cost = load_profile(config.profile)
     trace_sets = [load_traces(path) for path in config.traces]
+    for traces in trace_sets:
+        if config.fixed_length:
+            if config.fixed_length not in traces.lengths:
+                raise DraftsmithError(f"--fixed-length {config.fixed_length}: '{traces.path}' traced lengths "
+                                      f"{traces.lengths} only (eval --draft-lengths adds more).")
+            traces.main_length = config.fixed_length
     replay = _read_arrivals(config.arrivals) if config.arrivals else None
     experiment.check_inputs(cost, trace_sets, [] if replay else config.rates, config.policies, config.speculation,
                             config.max_batch, len(replay[0]) if replay else config.num_requests)
