@@ -3,8 +3,9 @@
 `profile` times real forwards of the target: b requests, each adding n new tokens after c cached
 ones, left-padded with an attention mask exactly as a padded batch is served. Two tables come out:
 decode/verify passes (b, n small, c > 0) and prefills (b, prompt length n, c = 0). `CostModel`
-interpolates them multilinearly (linearly beyond the grid), so a measured point is returned as
-measured. A batch whose requests differ pays for its widest row and longest context (padding), which
+fits a few per-unit costs to each table by least squares (fixed, per request, per token row, per
+cached token, attention), which extrapolates linearly and lets a shared machine's noisy points
+average out; `fit_error` says how far the fit is from the measured points. A batch whose requests differ pays for its widest row and longest context (padding), which
 is what the padded forward costs. `check_batched` compares the model with fresh real forwards of
 mixed batches (b = 2..4); the result is stored in the profile and printed in every report.
 """
@@ -25,24 +26,31 @@ from draftsmith.errors import DraftsmithError
 FORMAT = "draftsmith-costmodel/1"
 
 
-# --------------------------------------------------------------------------- interpolation
-def interpolate(axes: list[list[float]], values: np.ndarray, point: tuple[float, ...]) -> float:
-    """Multilinear interpolation of `values` (shape = axis lengths) at `point`, linear past the edges."""
-    if not axes:
-        return float(values)
-    grid, x = axes[0], point[0]
-    if len(grid) == 1:
-        return interpolate(axes[1:], values[0], point[1:])
-    i = int(np.clip(np.searchsorted(grid, x) - 1, 0, len(grid) - 2))
-    weight = (x - grid[i]) / (grid[i + 1] - grid[i])
-    low = interpolate(axes[1:], values[i], point[1:])
-    high = interpolate(axes[1:], values[i + 1], point[1:])
-    return low + weight * (high - low)
+# --------------------------------------------------------------------------- the fitted model
+def decode_features(b, n, c) -> np.ndarray:
+    """What a padded decode/verify pass pays for: a fixed part, per request, per token row, per cached token
+    read, and per (token row × cached token) of attention."""
+    b, n, c = (np.asarray(v, dtype=float) for v in (b, n, c))
+    return np.stack(np.broadcast_arrays(np.ones_like(b * n * c), b, b * n, b * c, b * n * c / 1e3), axis=-1)
+
+
+def prefill_features(b, n) -> np.ndarray:
+    """What a padded prefill pays for: a fixed part, per prompt token, and attention over prompt tokens squared."""
+    b, n = (np.asarray(v, dtype=float) for v in (b, n))
+    return np.stack(np.broadcast_arrays(np.ones_like(b * n), b * n, b * n * n / 1e3), axis=-1)
+
+
+def fit(features: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """Least squares on relative error (rows weighted by 1/t): a few coefficients from the whole grid, so one
+    noisy point on a shared machine moves the model little."""
+    x, y = features.reshape(-1, features.shape[-1]), seconds.reshape(-1)
+    coefficients, *_ = np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)
+    return coefficients
 
 
 @dataclass
 class CostModel:
-    """Interpolated forward times (seconds) of the profiled target, plus how and where they were measured."""
+    """Forward times (seconds) of the profiled target, fitted to the measured grid, plus where they were measured."""
 
     decode_axes: list[list[float]]  # batch sizes, new tokens per request, context lengths
     decode_s: np.ndarray  # [len(b), len(n), len(c)] median seconds
@@ -52,15 +60,27 @@ class CostModel:
     machine: dict
     batched_check: list[dict]
 
+    def __post_init__(self):
+        grid = np.meshgrid(*self.decode_axes, indexing="ij")
+        self.decode_fit = fit(decode_features(*grid), self.decode_s)
+        self.prefill_fit = fit(prefill_features(*np.meshgrid(*self.prefill_axes, indexing="ij")), self.prefill_s)
+        self.floor = 0.5 * float(self.decode_s.min())  # a fit must never promise a free pass
+
     def step(self, batch: int, new_tokens: int, context: int) -> float:
         """Seconds of one decode/verify pass: `batch` rows of `new_tokens` each after `context` cached ones."""
-        seconds = interpolate(self.decode_axes, self.decode_s, (batch, new_tokens, context))
-        return max(seconds, float(self.decode_s.min()) * 0.5)  # extrapolation must not reach zero
+        return max(float(decode_features(batch, new_tokens, context) @ self.decode_fit), self.floor)
 
     def prefill(self, batch: int, prompt_tokens: int) -> float:
         """Seconds of prefilling `batch` prompts padded to `prompt_tokens`."""
-        seconds = interpolate(self.prefill_axes, self.prefill_s, (batch, prompt_tokens))
-        return max(seconds, float(self.prefill_s.min()) * 0.5)
+        return max(float(prefill_features(batch, prompt_tokens) @ self.prefill_fit), self.floor)
+
+    def fit_error(self) -> dict:
+        """Median and worst relative error of the fit on the measured grid points (decode and prefill)."""
+        grid = np.meshgrid(*self.decode_axes, indexing="ij")
+        decode = decode_features(*grid) @ self.decode_fit / self.decode_s - 1
+        prefill = prefill_features(*np.meshgrid(*self.prefill_axes, indexing="ij")) @ self.prefill_fit / self.prefill_s - 1
+        return {"decode_median": float(np.median(np.abs(decode))), "decode_max": float(np.abs(decode).max()),
+                "prefill_median": float(np.median(np.abs(prefill))), "prefill_max": float(np.abs(prefill).max())}
 
     def to_json(self) -> dict:
         """The profile as stored on disk."""
@@ -69,7 +89,7 @@ class CostModel:
                            "context": self.decode_axes[2], "seconds": self.decode_s.tolist()},
                 "prefill": {"batch": self.prefill_axes[0], "prompt_tokens": self.prefill_axes[1],
                             "seconds": self.prefill_s.tolist()},
-                "batched_check": self.batched_check}
+                "batched_check": self.batched_check, "fit_error": self.fit_error()}
 
     def save(self, path: str | Path) -> Path:
         """Write the profile as JSON (parent folders made)."""

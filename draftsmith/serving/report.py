@@ -44,6 +44,9 @@ def check_lines(results: dict) -> list[str]:
         lines.append(f"cost model vs real mixed batched forwards b=2..4: median |error| {batched['error_median']:.1%}, "
                      f"worst {_pct(batched['error_max'])} over {len(batched['rows'])} batches — "
                      f"{'PASS' if batched['passed'] else 'FAIL'} (±{TOLERANCE:.0%})")
+    grid = results["validation"]["fit_on_grid"]
+    lines.append(f"cost-model fit on the profiled grid: decode median |error| {grid['decode_median']:.1%} "
+                 f"(worst {grid['decode_max']:.1%}), prefill median {grid['prefill_median']:.1%} (worst {grid['prefill_max']:.1%})")
     return lines
 
 
