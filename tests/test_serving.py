@@ -80,7 +80,7 @@ def test_profile_times_a_real_padded_batch(tiny_llama, tmp_path):
     from draftsmith.serving.command import ProfileConfig, profile_target
 
     config = ProfileConfig(target="tiny", out=str(tmp_path / "p.json"), batch_sizes=[1, 2, 4], new_tokens=[1, 3],
-                           contexts=[8, 24], prompt_lengths=[8, 16], repeats=1, small_batch_linear=False)
+                           contexts=[8, 24], prompt_lengths=[8, 16], rounds=2, small_batch_linear=False)
     model = profile_target(config, target=tiny_llama)
     assert model.decode_s.shape == (3, 2, 2) and (model.decode_s > 0).all()
     assert [row["batch"] for row in model.batched_check] == [2, 2, 2, 3, 3, 3, 4, 4, 4]
@@ -214,7 +214,7 @@ def tiny_run(tmp_path_factory):
                      "--out", str(root / "eval")]) == 0
     assert cli.main(["serve-sim", "profile", "--target", str(folder), "--out", str(root / "profile.json"),
                      "--batch-sizes", "1", "2", "4", "--new-tokens", "1", "4", "--contexts", "16", "48",
-                     "--prompt-lengths", "8", "32", "--repeats", "1", "--no-small-batch-linear"]) == 0
+                     "--prompt-lengths", "8", "32", "--rounds", "1", "--no-small-batch-linear"]) == 0
     return root
 
 

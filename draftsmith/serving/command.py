@@ -32,8 +32,8 @@ class ProfileConfig:
     """cached tokens c per request before a decode/verify pass"""
     prompt_lengths: list[int] = field(default_factory=lambda: [32, 128, 320])
     """prompt lengths of the prefill table"""
-    repeats: int = 3
-    """timed passes per point (the median is kept)"""
+    rounds: int = 5
+    """rounds over the whole grid, each timing every point once (the median over rounds is kept)"""
     dtype: str = "float32"
     """dtype of the target: use the one the traces were measured with"""
     threads: int = 0
@@ -110,8 +110,8 @@ def profile_target(config: ProfileConfig, target=None):
     from draftsmith.serving.costmodel import profile
     from draftsmith.target import load_target
 
-    if config.repeats < 1 or min(config.batch_sizes + config.new_tokens + config.prompt_lengths) < 1 or min(config.contexts) < 1:
-        raise DraftsmithError("serve-sim profile: every grid value and --repeats must be at least 1.")
+    if config.rounds < 1 or min(config.batch_sizes + config.new_tokens + config.prompt_lengths) < 1 or min(config.contexts) < 1:
+        raise DraftsmithError("serve-sim profile: every grid value and --rounds must be at least 1.")
     if config.threads:
         torch.set_num_threads(config.threads)
     target = target or load_target(config.target, dtype=config.dtype)
@@ -119,11 +119,13 @@ def profile_target(config: ProfileConfig, target=None):
         small_batch.tune_and_install(target.model)
     try:
         model = profile(target, config.batch_sizes, config.new_tokens, config.contexts, config.prompt_lengths,
-                        config.repeats, progress=lambda line: print(line, flush=True))
+                        config.rounds, progress=lambda line: print(line, flush=True))
     finally:
         small_batch.remove(target.model)
     path = model.save(config.out)
-    for row in model.batched_check:
+    from draftsmith.serving.experiment import batched_summary
+
+    for row in batched_summary(model)["rows"]:
         print(f"check b={row['batch']}: measured {row['measured_ms']:.0f} ms, model {row['model_ms']:.0f} ms "
               f"({row['error']:+.1%})")
     print(f"profile: {path}")

@@ -6,8 +6,8 @@ decode/verify passes (b, n small, c > 0) and prefills (b, prompt length n, c = 0
 fits a few per-unit costs to each table by least squares (fixed, per request, per token row, per
 cached token, attention), which extrapolates linearly and lets a shared machine's noisy points
 average out; `fit_error` says how far the fit is from the measured points. A batch whose requests differ pays for its widest row and longest context (padding), which
-is what the padded forward costs. `check_batched` compares the model with fresh real forwards of
-mixed batches (b = 2..4); the result is stored in the profile and printed in every report.
+is what the padded forward costs. Mixed batches (b = 2..4, random contexts and widths) are timed in
+the same rounds and stored in the profile; every report compares them with the model.
 """
 
 from __future__ import annotations
@@ -117,39 +117,36 @@ def load_profile(path: str | Path) -> CostModel:
 
 
 # --------------------------------------------------------------------------- measuring
-def time_forward(target, contexts: list[int], new_tokens: list[int] | int, repeats: int = 3, seed: int = 0) -> float:
-    """Median seconds of one real padded forward: row i has `contexts[i]` cached tokens and adds `new_tokens[i]`.
+def time_passes(target, contexts: list[int], steps: list[list[int]], seed: int = 0) -> list[float]:
+    """Seconds of real padded forwards after one shared prefix: row i holds `contexts[i]` cached tokens and
+    adds `step[i]` new ones, for each `step` in `steps` (the cache is cropped back after each).
 
     Rows are left-padded to the longest context and the widest step, with an attention mask and
-    per-row positions; the cache is cropped back after every timed pass. Context 0 times a prefill."""
+    per-row positions, as a padded batch is served. Contexts of 0 time prefills of the step's width."""
     import torch
     from transformers import DynamicCache
 
-    news = [new_tokens] * len(contexts) if isinstance(new_tokens, int) else list(new_tokens)
-    width, longest = max(news), max(contexts)
     generator = torch.Generator().manual_seed(seed)
-    vocab = target.vocab_size
+    device, longest = target.device, max(contexts)
 
     def padded(lengths: list[int], size: int):
-        ids = torch.randint(0, vocab, (len(lengths), size), generator=generator)
+        ids = torch.randint(0, target.vocab_size, (len(lengths), size), generator=generator)
         mask = torch.zeros(len(lengths), size, dtype=torch.long)
         for row, length in enumerate(lengths):
             mask[row, size - length:] = 1
         return ids, mask
 
-    device = target.device
+    times = []
     with torch.no_grad():
-        cache = DynamicCache(config=target.config)
-        mask = torch.zeros(len(contexts), 0, dtype=torch.long)
+        cache, mask = DynamicCache(config=target.config), torch.zeros(len(contexts), 0, dtype=torch.long)
         if longest:
             ids, mask = padded(contexts, longest)
             target.forward(ids.to(device), attention_mask=mask.to(device),
                            position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device), cache=cache, logits_to_keep=1)
-        step_ids, step_mask = padded(news, width)
-        full_mask = torch.cat([mask, step_mask], dim=1)
-        positions = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, longest:]
-        times = []
-        for _ in range(repeats):
+        for step in steps:
+            step_ids, step_mask = padded(step, max(step))
+            full_mask = torch.cat([mask, step_mask], dim=1)
+            positions = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, longest:]
             start = time.perf_counter()
             # a prefill keeps only the last logits (as the decoder's prefill does); a verify pass needs all
             target.forward(step_ids.to(device), attention_mask=full_mask.to(device), position_ids=positions.to(device),
@@ -158,10 +155,10 @@ def time_forward(target, contexts: list[int], new_tokens: list[int] | int, repea
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
             if longest:
-                cache.crop(-width)
+                cache.crop(-max(step))
             else:
                 cache = DynamicCache(config=target.config)
-    return float(np.median(times))
+    return times
 
 
 def machine(target) -> dict:
@@ -181,38 +178,40 @@ def machine(target) -> dict:
             "dtype": str(target.dtype).removeprefix("torch."), "small_batch_linear_rows": installed_rows(target.model)}
 
 
-def profile(target, batches, new_tokens, contexts, prompt_lengths, repeats: int = 3, progress=print) -> CostModel:
-    """Time the decode grid (b, n, c) and the prefill grid (b, prompt length); then the mixed-batch check."""
+def profile(target, batches, new_tokens, contexts, prompt_lengths, rounds: int = 5, progress=print) -> CostModel:
+    """Time the decode grid (b, n, c), the prefill grid (b, prompt length) and the mixed batches of the check.
+
+    Every point is timed once per round and the median over rounds is kept; the order is reversed
+    every other round. A shared machine's load drifts over minutes, so spreading each point's timings
+    across the whole run lets the drift hit every point, and the check, alike."""
     batches, new_tokens, contexts, prompt_lengths = (sorted(set(int(v) for v in axis))
                                                       for axis in (batches, new_tokens, contexts, prompt_lengths))
-    decode = np.zeros((len(batches), len(new_tokens), len(contexts)))
-    for i, b in enumerate(batches):
-        for k, c in enumerate(contexts):
-            for j, n in enumerate(new_tokens):
-                decode[i, j, k] = time_forward(target, [c] * b, n, repeats)
-            progress(f"decode b={b} c={c}: " + ", ".join(f"n={n} {decode[i, j, k] * 1e3:.0f} ms" for j, n in enumerate(new_tokens)))
-    prefill = np.zeros((len(batches), len(prompt_lengths)))
-    for i, b in enumerate(batches):
-        for j, n in enumerate(prompt_lengths):
-            prefill[i, j] = time_forward(target, [0] * b, n, repeats)
-        progress(f"prefill b={b}: " + ", ".join(f"{n} tokens {prefill[i, j] * 1e3:.0f} ms" for j, n in enumerate(prompt_lengths)))
-    model = CostModel([batches, new_tokens, contexts], decode, [batches, prompt_lengths], prefill,
-                      target.fingerprint(), machine(target), [])
-    model.batched_check = check_batched(model, target, repeats=repeats)
+    caches = [(i, k) for i in range(len(batches)) for k in range(len(contexts))]
+    checks = mixed_batches(new_tokens, contexts)
+    decode = np.zeros((rounds, len(batches), len(new_tokens), len(contexts)))
+    prefill = np.zeros((rounds, len(batches), len(prompt_lengths)))
+    check = np.zeros((rounds, len(checks)))
+    for r in range(rounds):
+        order = caches if r % 2 == 0 else caches[::-1]
+        for i, k in order:
+            b = batches[i]
+            decode[r, i, :, k] = time_passes(target, [contexts[k]] * b, [[n] * b for n in new_tokens], seed=r)
+        for i, b in enumerate(batches):
+            prefill[r, i] = time_passes(target, [0] * b, [[n] * b for n in prompt_lengths], seed=r)
+        for index, (row_contexts, row_new) in enumerate(checks):
+            (check[r, index],) = time_passes(target, row_contexts, [row_new], seed=r)
+        progress(f"round {r + 1}/{rounds}: decode b={batches[-1]} c={contexts[-1]} "
+                 + ", ".join(f"n={n} {decode[r, -1, j, -1] * 1e3:.0f} ms" for j, n in enumerate(new_tokens)))
+    model = CostModel([batches, new_tokens, contexts], np.median(decode, axis=0), [batches, prompt_lengths],
+                      np.median(prefill, axis=0), target.fingerprint(), machine(target), [])
+    model.batched_check = [{"batch": len(c), "contexts": c, "new_tokens": n, "measured_ms": float(m) * 1e3}
+                           for (c, n), m in zip(checks, np.median(check, axis=0))]
     return model
 
 
-def check_batched(model: CostModel, target, batch_sizes=(2, 3, 4), trials: int = 3, repeats: int = 3, seed: int = 0) -> list[dict]:
-    """Real forwards of mixed batches (random contexts and widths inside the grid) against the model's estimate."""
+def mixed_batches(new_tokens, contexts, batch_sizes=(2, 3, 4), trials: int = 3, seed: int = 0) -> list[tuple[list, list]]:
+    """(contexts, new tokens) of the check's batches: b = 2..4 rows of random context and width inside the grid."""
     rng = np.random.default_rng(seed)
-    low, high = model.decode_axes[2][0], model.decode_axes[2][-1]
-    rows = []
-    for b in batch_sizes:
-        for trial in range(trials):
-            contexts = [int(c) for c in rng.integers(low, high + 1, size=b)]
-            news = [int(n) for n in rng.integers(1, int(model.decode_axes[1][-1]) + 1, size=b)]
-            measured = time_forward(target, contexts, news, repeats, seed=trial)
-            estimate = model.step(b, max(news), max(contexts))
-            rows.append({"batch": b, "contexts": contexts, "new_tokens": news, "measured_ms": measured * 1e3,
-                         "model_ms": estimate * 1e3, "error": estimate / measured - 1})
-    return rows
+    return [([int(c) for c in rng.integers(contexts[0], contexts[-1] + 1, size=b)],
+             [int(n) for n in rng.integers(1, new_tokens[-1] + 1, size=b)])
+            for b in batch_sizes for _ in range(trials)]
