@@ -65,14 +65,20 @@ class CostModel:
         self.decode_fit = fit(decode_features(*grid), self.decode_s)
         self.prefill_fit = fit(prefill_features(*np.meshgrid(*self.prefill_axes, indexing="ij")), self.prefill_s)
         self.floor = 0.5 * float(self.decode_s.min())  # a fit must never promise a free pass
+        self._decode, self._prefill = [float(v) for v in self.decode_fit], [float(v) for v in self.prefill_fit]
 
     def step(self, batch: int, new_tokens: int, context: int) -> float:
         """Seconds of one decode/verify pass: `batch` rows of `new_tokens` each after `context` cached ones."""
-        return max(float(decode_features(batch, new_tokens, context) @ self.decode_fit), self.floor)
+        fixed, per_request, per_token, per_cached, per_attention = self._decode  # decode_features, unrolled: hot path
+        rows = batch * new_tokens
+        seconds = fixed + per_request * batch + per_token * rows + per_cached * batch * context + per_attention * rows * context / 1e3
+        return max(seconds, self.floor)
 
     def prefill(self, batch: int, prompt_tokens: int) -> float:
         """Seconds of prefilling `batch` prompts padded to `prompt_tokens`."""
-        return max(float(prefill_features(batch, prompt_tokens) @ self.prefill_fit), self.floor)
+        fixed, per_token, per_attention = self._prefill
+        tokens = batch * prompt_tokens
+        return max(fixed + per_token * tokens + per_attention * tokens * prompt_tokens / 1e3, self.floor)
 
     def fit_error(self) -> dict:
         """Median and worst relative error of the fit on the measured grid points (decode and prefill)."""

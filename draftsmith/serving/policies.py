@@ -31,9 +31,16 @@ class LengthPredictor:
 
     def __init__(self, prompts: list[TracedPrompt]):
         self.prompts = prompts
+        self.memo: dict[tuple[str, int], float] = {}  # ranking asks again every pass
 
     def total(self, prompt: TracedPrompt, emitted: int) -> float:
         """Predicted total output tokens of `prompt` after `emitted` tokens."""
+        key = (prompt.name, emitted)
+        if key not in self.memo:
+            self.memo[key] = self._total(prompt, emitted)
+        return self.memo[key]
+
+    def _total(self, prompt: TracedPrompt, emitted: int) -> float:
         others = [p for p in self.prompts if p.name != prompt.name]
         for pool in ([p for p in others if p.category == prompt.category], others):
             longer = [p.new_tokens for p in pool if p.new_tokens > emitted]
