@@ -157,7 +157,7 @@ def simulate_and_report(config: RunConfig) -> dict:
                            for t in trace_sets})
     paths = report.write(results, config.out)
     report.print_summary(results)
-    print(f"report: {paths['html']} (also {paths['json']})")
+    print(f"report: {paths['html']} (also {paths['md']}, {paths['json']})")
     return results
 
 

@@ -18,9 +18,10 @@ def write(results: dict, out: str | Path) -> dict[str, Path]:
     """Write results.json and report.html into `out`; return their paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "results.json", "html": out / "report.html"}
+    paths = {"json": out / "results.json", "html": out / "report.html", "md": out / "report.md"}
     paths["json"].write_text(json.dumps(results, indent=1, default=str) + "\n")
     paths["html"].write_text(page(results))
+    paths["md"].write_text(markdown(results))
     return paths
 
 
@@ -59,6 +60,27 @@ def print_summary(results: dict) -> None:
                  else f"stops paying at ≈{row['stops_paying_at_rate']:.3g} req/s" if row["stops_paying_at_rate"] else "n/a")
         print(f"FCFS, {label}: speculation {where} (E2E ratio by rate: "
               + ", ".join(f"{r}: {q:.2f}" for r, q in zip(row["rates"], row["e2e_ratio_speculative_over_plain"])) + ")")
+
+
+def markdown(results: dict) -> str:
+    """The checks and, per traces set, TTFT / TPOT / E2E p99 (s) of every policy and mode at every rate."""
+    lines = ["# draftsmith serve-sim", "", *(f"- {line}" for line in check_lines(results)), ""]
+    for label in sorted({r["traces"] for r in results["runs"]}):
+        mine = [r for r in results["runs"] if r["traces"] == label]
+        rates = sorted({r["rate"] for r in mine}, key=str)
+        lines += [f"## {label}: p99 TTFT / TPOT / E2E (s)", "",
+                  "| policy | speculation | " + " | ".join(f"rate {rate}" for rate in rates) + " |",
+                  "|---|---|" + "---|" * len(rates)]
+        for name in dict.fromkeys(r["policy"] for r in mine):
+            for mode in dict.fromkeys(r["speculation"] for r in mine):
+                cells = []
+                for rate in rates:
+                    (run,) = [r for r in mine if (r["policy"], r["speculation"], r["rate"]) == (name, mode, rate)]
+                    s = run["summary"]
+                    cells.append(" / ".join(f"{s[m]['p99'] / 1e3:.2f}" for m in ("ttft_ms", "tpot_ms", "e2e_ms")))
+                lines.append(f"| {name} | {mode} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _table(header: list[str], rows: list[list]) -> str:
