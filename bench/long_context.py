@@ -46,7 +46,7 @@ parser.add_argument("--num-prompts", type=int, default=2)
 parser.add_argument("--max-new-tokens", type=int, default=48)
 parser.add_argument("--draft-length", type=int, default=4, help="chains: tokens per draft (prompt lookup: at most)")
 parser.add_argument("--tree", default="4,4,16", help="the drafter's tree: DEPTH,TOPK,TOTAL")
-parser.add_argument("--dtype", default="bfloat16")
+parser.add_argument("--dtype", default="float32")
 parser.add_argument("--threads", type=int, default=0)
 parser.add_argument("--out", help="also write the numbers as JSON here")
 args = parser.parse_args()
@@ -217,7 +217,9 @@ for context, row in results.items():
         entry = row[name]
         line = f"  {name:<22} {entry['tokens_per_s']:6.2f} tok/s  speedup {entry['speedup']:.2f}x  identical {entry['identical']}"
         if "verify_ms" in entry:
-            line += (f"  tau {entry['acceptance_length']:.2f}  verify {entry['verify_ms']:.1f} ms  rollback "
+            step_ms = 1e3 / row["plain"]["tokens_per_s"]  # one plain decoding step
+            line += (f"  tau {entry['acceptance_length']:.2f}  verify {entry['verify_ms']:.1f} ms "
+                     f"({entry['verify_ms'] / step_ms:.2f} plain steps)  rollback "
                      f"{entry['rollback_ms']:.3f} ms ({entry['rollback_fraction']:.2%})  drafter {entry['draft_ms']:.1f} ms "
                      f"({entry['draft_fraction']:.0%} of verify)")
         print(line)

@@ -121,3 +121,20 @@ def test_sampled_chain_is_lossless_shape(tiny_llama):
     result = speculative_generate(target, proposer, prompt, DraftShape(3), sampling, 20, eos=set(),
                                   generator=torch.Generator().manual_seed(0))
     assert len(result.tokens) == 20
+
+
+@pytest.mark.parametrize("with_mask", [True, False])
+def test_grouped_query_attention_equals_repeated_keys(with_mask):
+    """Stacking a key/value head's query heads gives what repeating the keys per head gives."""
+    import torch.nn.functional as F
+    from transformers.models.llama.modeling_llama import repeat_kv
+
+    from draftsmith.drafters.eagle import _grouped_query_attention
+
+    generator = torch.Generator().manual_seed(0)
+    q, keys, values = (torch.randn(shape, generator=generator) for shape in [(1, 6, 4, 8), (1, 2, 11, 8), (1, 2, 11, 8)])
+    mask = torch.rand(4, 11, generator=generator) > 0.4 if with_mask else None
+    if mask is not None:
+        mask[:, 0] = True  # every query sees something
+    expected = F.scaled_dot_product_attention(q, repeat_kv(keys, 3), repeat_kv(values, 3), mask)
+    torch.testing.assert_close(_grouped_query_attention(q, keys, values, mask), expected)

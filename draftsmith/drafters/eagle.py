@@ -191,8 +191,7 @@ class Drafter(nn.Module):
         [n, past+n] allows (None: everything). Returns (output hidden, past + new (keys, values))."""
         q, k, v, residual = self.project(ids, hidden, positions)
         keys, values = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
-        groups = self.layers[0].kv_groups
-        attention = F.scaled_dot_product_attention(q, repeat_kv(keys, groups), repeat_kv(values, groups), mask)
+        attention = _grouped_query_attention(q, keys, values, mask)
         return self.layers[0].finish(attention, residual), (keys, values)
 
     # ---- training
@@ -318,6 +317,19 @@ class Drafter(nn.Module):
     def proposer(self, target, generator: torch.Generator | None = None) -> EagleProposer:
         """The decode-time view of this drafter for `target`."""
         return EagleProposer(self, target, generator)
+
+
+def _grouped_query_attention(q, keys, values, mask=None) -> torch.Tensor:
+    """SDPA for q [B, heads, n, d] over keys/values [B, kv_heads, S, d] with `mask` [n, S] or None.
+
+    The query heads that share a key/value head are stacked along the query axis instead of copying
+    the keys/values once per head (repeat_kv): same result, but nothing proportional to the context
+    is copied, which at a long context was most of the drafter's cost per step."""
+    batch, heads, n, dim = q.shape
+    groups = heads // keys.shape[1]
+    stacked = q.reshape(batch, keys.shape[1], groups * n, dim)  # query head h reads key/value head h // groups
+    mask = None if mask is None else mask.repeat(groups, 1)
+    return F.scaled_dot_product_attention(stacked, keys, values, mask).reshape(batch, heads, n, dim)
 
 
 def _ttt_attention(q, keys, values, sees) -> torch.Tensor:
