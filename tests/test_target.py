@@ -152,3 +152,30 @@ def test_gguf_folder_has_the_standard_layout_and_loads_by_name(smollm2):
     torch.testing.assert_close(model.get_output_embeddings().weight, embedding)
     ids = torch.tensor([[1, 2, 3, 4]])
     torch.testing.assert_close(model(ids).logits, smollm2.forward(ids).logits.float(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_grouped_attention_equals_transformers_sdpa_on_masked_cached_passes(arch, monkeypatch):
+    """A Target switches SDPA models to `grouped_sdpa`: the same logits as transformers' own SDPA for padded,
+    cached multi-token passes (verify passes), but the grouped keys are read in place instead of repeated."""
+    import draftsmith.target as target_module
+    from tiny import byte_tokenizer, tiny_model
+    from transformers import DynamicCache
+
+    reference, ours = tiny_model(arch), tiny_model(arch)
+    Target(ours, byte_tokenizer())
+    assert (reference.config._attn_implementation, ours.config._attn_implementation) == ("sdpa", "draftsmith_sdpa")
+    grouped = []
+    real_sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(target_module.F, "scaled_dot_product_attention",
+                        lambda *a, **k: grouped.append(k.get("enable_gqa")) or real_sdpa(*a, **k))
+    ids = torch.randint(0, 256, (2, 20), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding: a real mask in every pass
+    caches = [DynamicCache(config=model.config) for model in (reference, ours)]
+    for cut in (slice(0, 15), slice(15, 20)):
+        expected, got = (model(ids[:, cut], attention_mask=mask[:, : cut.stop], cache=cache, use_cache=True).logits
+                         for model, cache in zip((reference, ours), caches))
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    # both masked passes of `ours` took the in-place grouped path in every layer (the reference's calls record None)
+    assert grouped.count(True) == 2 * ours.config.num_hidden_layers
