@@ -108,3 +108,48 @@ def kind_module(kind: str):
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise DraftsmithError(f"Unknown drafter kind '{kind}'.{hint} Known kinds: {', '.join(KINDS)}.")
     return importlib.import_module(KINDS[kind])
+
+
+# --------------------------------------------------------------------------- what every trained kind shares
+TARGET_INFO = ("target_name", "target_architectures", "target_fingerprint")
+"""what a drafter folder records about its target (config.json top level)"""
+
+
+def target_info(target) -> dict:
+    """A drafter's record of its target: name and architectures (what exporters name as the verifier) and the
+    fingerprint that `check_target` compares when the drafter is attached to a target again."""
+    architectures = getattr(target.config, "architectures", None) or [type(target.model).__name__]
+    return {"target_name": target.name, "target_architectures": list(architectures),
+            "target_fingerprint": target.fingerprint()}
+
+
+def check_target(trained_for: dict, recorded: dict | None, target, what: str) -> None:
+    """Refuse `target` unless it matches the `trained_for` facts (name -> value, read from the target by the same
+    names: hidden_size, vocab_size, num_layers, ...) and, where the drafter records one, its tokenizer."""
+    from draftsmith.errors import DraftsmithError
+    from draftsmith.target import fingerprint_mismatch
+
+    actual = {name: getattr(target, name, None) if hasattr(target, name) else getattr(target.config, name, None)
+              for name in trained_for}
+    if actual != trained_for:
+        def facts(values: dict) -> str:
+            return ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in values.items())
+
+        raise DraftsmithError(f"{what} was trained for a target with {facts(trained_for)}; '{target.name}' has "
+                              f"{facts(actual)}.")
+    why = recorded and fingerprint_mismatch(recorded, target.fingerprint(), model=False)
+    if why:
+        raise DraftsmithError(f"{what} does not fit target '{target.name}': {why}. Its token ids would mean other "
+                              "tokens; use the target it was trained for.")
+
+
+def load_attached(drafter_class, folder, target):
+    """`drafter_class.from_pretrained(folder, target)` on the target's device and dtype (bf16 targets draft in
+    bf16 too); errors name the folder."""
+    from draftsmith.errors import DraftsmithError
+
+    try:
+        drafter = drafter_class.from_pretrained(folder, target)
+    except DraftsmithError as err:
+        raise DraftsmithError(f"The drafter in '{folder}': {err}") from None
+    return drafter.to(target.device, target.dtype)

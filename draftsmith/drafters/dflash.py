@@ -37,11 +37,12 @@ from transformers.models.qwen3.modeling_qwen3 import (
 )
 
 from draftsmith.config import build
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters import (
+    TARGET_INFO, DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, target_info,
+)
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
 
-TARGET_INFO = ("target_name", "target_architectures", "target_fingerprint")
 
 
 @dataclass
@@ -171,17 +172,10 @@ class Drafter(nn.Module):
 
     def attach(self, target) -> Drafter:
         """Read the target's frozen embedding and lm_head from now on (after checking it fits)."""
-        from draftsmith.target import fingerprint_mismatch
-
         s = self.sizes
-        if (s["hidden_size"], s["vocab_size"], s["num_target_layers"]) != (
-                target.hidden_size, target.vocab_size, target.num_layers):
-            raise DraftsmithError(f"This DFlash drafter was trained for a target with hidden size {s['hidden_size']}, "
-                                  f"vocabulary {s['vocab_size']}, {s['num_target_layers']} layers; '{target.name}' differs.")
-        recorded = self.target_info.get("target_fingerprint")
-        why = recorded and fingerprint_mismatch(recorded, target.fingerprint(), model=False)
-        if why:
-            raise DraftsmithError(f"This drafter does not fit target '{target.name}': {why}.")
+        check_target({"hidden_size": s["hidden_size"], "vocab_size": s["vocab_size"],
+                      "num_layers": s["num_target_layers"]}, self.target_info.get("target_fingerprint"), target,
+                     "This DFlash drafter")
         self.target = target
         return self
 
@@ -356,19 +350,13 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
     mask_id = resolve_mask_token(config.mask_token_id, target.tokenizer, target.vocab_size)
     sizes = {"hidden_size": target.hidden_size, "vocab_size": target.vocab_size, "num_target_layers": L}
     drafter = Drafter(config, layer_config_for(target, config.num_layers), sizes, layer_ids, mask_id)
-    architectures = getattr(target.config, "architectures", None) or [type(target.model).__name__]
-    drafter.target_info = {"target_name": target.name, "target_architectures": list(architectures),
-                           "target_fingerprint": target.fingerprint()}
+    drafter.target_info = target_info(target)
     return drafter.to(target.device).attach(target)
 
 
 def load_proposer(folder: str | Path, target) -> DFlashProposer:
     """A saved DFlash folder as a Proposer for `target`."""
-    try:
-        drafter = Drafter.from_pretrained(folder, target)
-    except DraftsmithError as err:
-        raise DraftsmithError(f"The drafter in '{folder}': {err}") from None
-    return drafter.to(target.device, target.dtype).proposer(target)
+    return load_attached(Drafter, folder, target).proposer(target)
 
 
 # --------------------------------------------------------------------------- decoding

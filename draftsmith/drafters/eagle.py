@@ -30,14 +30,12 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from draftsmith.config import build
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters import (
+    TARGET_INFO, DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, target_info,
+)
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
-
-
-TARGET_INFO = ("target_name", "target_architectures", "target_fingerprint")
-"""what a drafter folder records about its target (config.json top level)"""
 
 
 @dataclass
@@ -141,20 +139,10 @@ class Drafter(nn.Module):
     def attach(self, target) -> Drafter:
         """Read the frozen embedding from `target` from now on, after checking that it is the target this
         drafter was made for: same sizes, and the same tokenizer where the drafter records one."""
-        from draftsmith.target import fingerprint_mismatch
-
         lc = self.layer_config
-        sizes = (target.hidden_size, target.vocab_size, target.num_layers)
-        if (lc.target_hidden_size, lc.vocab_size, lc.target_num_layers) != sizes:
-            raise DraftsmithError(
-                f"This drafter was trained for a target with hidden size {lc.target_hidden_size}, vocabulary "
-                f"{lc.vocab_size}, {lc.target_num_layers} layers; '{target.name}' has {target.hidden_size}, "
-                f"{target.vocab_size}, {target.num_layers}.")
-        recorded = self.target_info.get("target_fingerprint")
-        why = recorded and fingerprint_mismatch(recorded, target.fingerprint(), model=False)
-        if why:
-            raise DraftsmithError(f"This drafter does not fit target '{target.name}': {why}. Its token ids would "
-                                  "mean other tokens; use the target it was trained for.")
+        check_target({"hidden_size": lc.target_hidden_size, "vocab_size": lc.vocab_size,
+                      "num_layers": lc.target_num_layers}, self.target_info.get("target_fingerprint"), target,
+                     "This EAGLE drafter")
         self.target = target
         return self
 
@@ -365,9 +353,7 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
         raise DraftsmithError(f"eagle1 reads the target's last layer ({target.num_layers - 1}); got {config.layers}.")
     d2t, t2d = _draft_vocab(draft_vocab if eagle3 else None, target.vocab_size)
     drafter = Drafter(config, _layer_config(target, config, d2t.numel())).to(target.device)
-    architectures = getattr(target.config, "architectures", None) or [type(target.model).__name__]
-    drafter.target_info = {"target_name": target.name, "target_architectures": list(architectures),
-                           "target_fingerprint": target.fingerprint()}
+    drafter.target_info = target_info(target)
     drafter.attach(target)
     with torch.no_grad():
         drafter.d2t.copy_(d2t)
@@ -414,11 +400,7 @@ def _layer_config(target, config: Config, draft_vocab_size: int) -> LlamaConfig:
 
 def load_proposer(folder: str | Path, target) -> EagleProposer:
     """A saved drafter folder as a Proposer for `target` (checked to have matching sizes)."""
-    try:
-        drafter = Drafter.from_pretrained(folder, target)
-    except DraftsmithError as err:
-        raise DraftsmithError(f"The drafter in '{folder}': {err}") from None
-    return drafter.to(target.device, target.dtype).proposer(target)  # bf16 targets draft in bf16 too
+    return load_attached(Drafter, folder, target).proposer(target)
 
 
 # --------------------------------------------------------------------------- decoding

@@ -23,12 +23,13 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from draftsmith.config import build
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters import (
+    TARGET_INFO, DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, target_info,
+)
 from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
 
-TARGET_INFO = ("target_name", "target_architectures", "target_fingerprint")
 
 
 @dataclass
@@ -94,17 +95,10 @@ class Drafter(nn.Module):
 
     def attach(self, target) -> Drafter:
         """Read the target's frozen final norm from now on, after checking that the sizes and tokenizer fit."""
-        from draftsmith.target import fingerprint_mismatch
-
         s = self.sizes
-        if (s["hidden_size"], s["vocab_size"], s["num_target_layers"]) != (
-                target.hidden_size, target.vocab_size, target.num_layers):
-            raise DraftsmithError(f"These Medusa heads were trained for a target with hidden size {s['hidden_size']}, "
-                                  f"vocabulary {s['vocab_size']}, {s['num_target_layers']} layers; '{target.name}' differs.")
-        recorded = self.target_info.get("target_fingerprint")
-        why = recorded and fingerprint_mismatch(recorded, target.fingerprint(), model=False)
-        if why:
-            raise DraftsmithError(f"These heads do not fit target '{target.name}': {why}.")
+        check_target({"hidden_size": s["hidden_size"], "vocab_size": s["vocab_size"],
+                      "num_layers": s["num_target_layers"]}, self.target_info.get("target_fingerprint"), target,
+                     "These Medusa heads")
         self.target = target
         return self
 
@@ -185,9 +179,7 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
         raise DraftsmithError("These Medusa heads predict over the target's whole vocabulary (vLLM's Medusa layout "
                               "has no draft vocabulary); set data.draft_vocab: null for kind medusa.")
     drafter = Drafter(config, target.hidden_size, target.vocab_size, target.num_layers).to(target.device)
-    architectures = getattr(target.config, "architectures", None) or [type(target.model).__name__]
-    drafter.target_info = {"target_name": target.name, "target_architectures": list(architectures),
-                           "target_fingerprint": target.fingerprint()}
+    drafter.target_info = target_info(target)
     drafter.attach(target)
     if config.init_from_target:
         with torch.no_grad():
@@ -198,11 +190,7 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
 
 def load_proposer(folder: str | Path, target) -> MedusaProposer:
     """A saved Medusa folder as a Proposer for `target`."""
-    try:
-        drafter = Drafter.from_pretrained(folder, target)
-    except DraftsmithError as err:
-        raise DraftsmithError(f"The drafter in '{folder}': {err}") from None
-    return drafter.to(target.device, target.dtype).proposer(target)
+    return load_attached(Drafter, folder, target).proposer(target)
 
 
 # --------------------------------------------------------------------------- decoding

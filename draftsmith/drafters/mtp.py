@@ -28,12 +28,13 @@ from torch import nn
 from transformers import AutoConfig, DynamicCache
 
 from draftsmith.config import build
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters import (
+    TARGET_INFO, DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, target_info,
+)
 from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
 
-TARGET_INFO = ("target_name", "target_architectures", "target_fingerprint")
 
 
 @dataclass
@@ -125,17 +126,10 @@ class Drafter(nn.Module):
 
     def attach(self, target) -> Drafter:
         """Read the target's frozen embedding, final norm and lm_head from now on (after checking it fits)."""
-        from draftsmith.target import fingerprint_mismatch
-
         tc = self.target_config
-        if (tc["hidden_size"], tc["num_hidden_layers"], tc["model_type"]) != (
-                target.hidden_size, target.num_layers, target.config.model_type):
-            raise DraftsmithError(f"This MTP drafter was trained for a {tc['model_type']} target with hidden size "
-                                  f"{tc['hidden_size']} and {tc['num_hidden_layers']} layers; '{target.name}' differs.")
-        recorded = self.target_info.get("target_fingerprint")
-        why = recorded and fingerprint_mismatch(recorded, target.fingerprint(), model=False)
-        if why:
-            raise DraftsmithError(f"This drafter does not fit target '{target.name}': {why}.")
+        check_target({"hidden_size": tc["hidden_size"], "num_layers": tc["num_hidden_layers"],
+                      "model_type": tc["model_type"]}, self.target_info.get("target_fingerprint"), target,
+                     "This MTP drafter")
         self.target = target
         return self
 
@@ -253,9 +247,7 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
         raise DraftsmithError("MTP modules predict through the target's own lm_head over its whole vocabulary; set "
                               "data.draft_vocab: null for kind mtp.")
     drafter = Drafter(config, target.config.to_dict()).to(target.device)
-    architectures = getattr(target.config, "architectures", None) or [type(target.model).__name__]
-    drafter.target_info = {"target_name": target.name, "target_architectures": list(architectures),
-                           "target_fingerprint": target.fingerprint()}
+    drafter.target_info = target_info(target)
     drafter.attach(target)
     if config.init_from_last_layer:
         last = target.layers[-1].state_dict()
@@ -270,11 +262,7 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
 
 def load_proposer(folder: str | Path, target) -> MTPProposer:
     """A saved MTP folder as a Proposer for `target`."""
-    try:
-        drafter = Drafter.from_pretrained(folder, target)
-    except DraftsmithError as err:
-        raise DraftsmithError(f"The drafter in '{folder}': {err}") from None
-    return drafter.to(target.device, target.dtype).proposer(target)
+    return load_attached(Drafter, folder, target).proposer(target)
 
 
 # --------------------------------------------------------------------------- decoding
