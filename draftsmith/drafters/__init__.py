@@ -153,3 +153,37 @@ def load_attached(drafter_class, folder, target):
     except DraftsmithError as err:
         raise DraftsmithError(f"The drafter in '{folder}': {err}") from None
     return drafter.to(target.device, target.dtype)
+
+
+def save_folder(folder, kind: str, meta: dict, drafter) -> None:
+    """A drafter folder: config.json ({"draftsmith_kind": kind, **meta, target record}) and model.safetensors
+    (the drafter's own tensors: no target part is ever one of its submodules)."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"draftsmith_kind": kind, **meta, **drafter.target_info}
+    (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
+    save_file({k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items()},
+              str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def read_folder(folder, kind: str) -> tuple[dict, dict[str, torch.Tensor], dict]:
+    """(config.json, tensors, target record) of a folder `save_folder` wrote for `kind`; clear errors otherwise."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from draftsmith.errors import DraftsmithError
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+        raise DraftsmithError(f"'{folder}' is not a drafter folder: it needs config.json and model.safetensors.")
+    meta = json.loads((folder / "config.json").read_text())
+    if meta.get("draftsmith_kind") != kind:
+        raise DraftsmithError(f"'{folder}' holds a '{meta.get('draftsmith_kind')}' drafter, not a {kind} one.")
+    return meta, load_file(str(folder / "model.safetensors")), {k: meta[k] for k in TARGET_INFO if k in meta}

@@ -19,14 +19,12 @@ by comparing its tokens with `state.tokens`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import (
@@ -38,7 +36,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 
 from draftsmith.config import build
 from draftsmith.drafters import (
-    TARGET_INFO, DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, target_info,
+    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
 )
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
@@ -265,29 +263,19 @@ class Drafter(nn.Module):
     # ---- saving
     def save_pretrained(self, folder: str | Path) -> None:
         """config.json (kind, options, sizes, layer ids, mask id, draft-layer config) + model.safetensors."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        meta = {"draftsmith_kind": "dflash", "config": dataclasses.asdict(self.config), **self.sizes,
-                "target_layer_ids": self.layer_ids, "mask_token_id": self.mask_token_id,
-                "layer_config": self.layer_config.to_dict(), **self.target_info}
-        (folder / "config.json").write_text(json.dumps(meta, indent=2, default=str))
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
-                  str(folder / "model.safetensors"), metadata={"format": "pt"})
+        meta = {"config": dataclasses.asdict(self.config), **self.sizes, "target_layer_ids": self.layer_ids,
+                "mask_token_id": self.mask_token_id, "layer_config": self.layer_config.to_dict()}
+        save_folder(folder, "dflash", meta, self)
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, target=None) -> Drafter:
         """Load a folder written by `save_pretrained`, attached to `target` when given."""
-        folder = Path(folder)
-        if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
-            raise DraftsmithError(f"'{folder}' is not a drafter folder: it needs config.json and model.safetensors.")
-        meta = json.loads((folder / "config.json").read_text())
-        if meta.get("draftsmith_kind") != "dflash":
-            raise DraftsmithError(f"'{folder}' holds a '{meta.get('draftsmith_kind')}' drafter, not a dflash one.")
+        meta, tensors, target_record = read_folder(folder, "dflash")
         sizes = {k: meta[k] for k in ("hidden_size", "vocab_size", "num_target_layers")}
         drafter = cls(build(Config, meta["config"], prefix="drafter."), meta["layer_config"], sizes,
                       meta["target_layer_ids"], meta["mask_token_id"])
-        drafter.load_state_dict(load_file(str(folder / "model.safetensors")))
-        drafter.target_info = {k: meta[k] for k in TARGET_INFO if k in meta}
+        drafter.load_state_dict(tensors)
+        drafter.target_info = target_record
         return drafter if target is None else drafter.attach(target)
 
     def proposer(self, target, generator: torch.Generator | None = None) -> DFlashProposer:

@@ -15,14 +15,12 @@ attached to its target (`attach`), checked by fingerprint, and reads them from t
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import (
@@ -31,7 +29,7 @@ from transformers.models.llama.modeling_llama import (
 
 from draftsmith.config import build
 from draftsmith.drafters import (
-    TARGET_INFO, DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, target_info,
+    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
 )
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree
 from draftsmith.errors import DraftsmithError
@@ -278,28 +276,16 @@ class Drafter(nn.Module):
     # ---- saving
     def save_pretrained(self, folder: str | Path) -> None:
         """config.json (draftsmith_kind, options, draft-layer LlamaConfig) + model.safetensors."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        meta = {"draftsmith_kind": "eagle", "config": dataclasses.asdict(self.config),
-                "transformer_layer_config": self.layer_config.to_dict(), **self.target_info}
-        (folder / "config.json").write_text(json.dumps(meta, indent=2, default=str))
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
-                  str(folder / "model.safetensors"), metadata={"format": "pt"})
+        save_folder(folder, "eagle", {"config": dataclasses.asdict(self.config), "transformer_layer_config": self.layer_config.to_dict()}, self)
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, target=None) -> Drafter:
         """Load a folder written by `save_pretrained`, attached to `target` when given."""
-        folder = Path(folder)
-        if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
-            raise DraftsmithError(f"'{folder}' is not a drafter folder: it needs config.json and model.safetensors.")
-        meta = json.loads((folder / "config.json").read_text())
-        if meta.get("draftsmith_kind") != "eagle":
-            raise DraftsmithError(f"'{folder}' holds a '{meta.get('draftsmith_kind')}' drafter, not an eagle one.")
+        meta, tensors, target_record = read_folder(folder, "eagle")
         drafter = cls(build(Config, meta["config"]), LlamaConfig.from_dict(meta["transformer_layer_config"]))
-        tensors = load_file(str(folder / "model.safetensors"))
         tensors.pop("embed_tokens.weight", None)  # folders written before draftsmith stopped storing it
         drafter.load_state_dict(tensors)
-        drafter.target_info = {k: meta[k] for k in TARGET_INFO if k in meta}
+        drafter.target_info = target_record
         return drafter if target is None else drafter.attach(target)
 
     def proposer(self, target, generator: torch.Generator | None = None) -> EagleProposer:

@@ -14,17 +14,15 @@ draft token x_T. The heads read one feature and keep no cache: a chain is head i
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from draftsmith.config import build
 from draftsmith.drafters import (
-    TARGET_INFO, DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, target_info,
+    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
 )
 from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.errors import DraftsmithError
@@ -142,27 +140,16 @@ class Drafter(nn.Module):
     # ---- saving
     def save_pretrained(self, folder: str | Path) -> None:
         """config.json (kind, options, sizes) + model.safetensors (the heads only, no target parts)."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        meta = {"draftsmith_kind": "medusa", "config": dataclasses.asdict(self.config), **self.sizes,
-                **self.target_info}
-        (folder / "config.json").write_text(json.dumps(meta, indent=2, default=str))
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
-                  str(folder / "model.safetensors"), metadata={"format": "pt"})
+        save_folder(folder, "medusa", {"config": dataclasses.asdict(self.config), **self.sizes}, self)
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, target=None) -> Drafter:
         """Load a folder written by `save_pretrained`, attached to `target` when given."""
-        folder = Path(folder)
-        if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
-            raise DraftsmithError(f"'{folder}' is not a drafter folder: it needs config.json and model.safetensors.")
-        meta = json.loads((folder / "config.json").read_text())
-        if meta.get("draftsmith_kind") != "medusa":
-            raise DraftsmithError(f"'{folder}' holds a '{meta.get('draftsmith_kind')}' drafter, not a medusa one.")
+        meta, tensors, target_record = read_folder(folder, "medusa")
         drafter = cls(build(Config, meta["config"], prefix="drafter."), meta["hidden_size"], meta["vocab_size"],
                       meta["num_target_layers"])
-        drafter.load_state_dict(load_file(str(folder / "model.safetensors")))
-        drafter.target_info = {k: meta[k] for k in TARGET_INFO if k in meta}
+        drafter.load_state_dict(tensors)
+        drafter.target_info = target_record
         return drafter if target is None else drafter.attach(target)
 
     def proposer(self, target, generator: torch.Generator | None = None) -> MedusaProposer:
