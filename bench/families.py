@@ -116,7 +116,10 @@ methods = {
 for family, info in families.items():
     proposer = kind_module(info["kind"]).load_proposer(info["folder"], target)
     small_batch.install_on_proposer(proposer, target, rows)
-    for label, shape in ((f"chain ({args.draft_length})", chain), (f"tree ({args.tree})", tree)):
+    shapes = [(f"chain ({args.draft_length})", chain)]
+    if getattr(proposer, "drafts_trees", True):  # DFlash drafts one block per pass, never a tree
+        shapes.append((f"tree ({args.tree})", tree))
+    for label, shape in shapes:
         methods[f"{family} {label}"] = (lambda ids, p=proposer, s=shape: speculative_generate(
             target, p, ids, s, GREEDY, args.max_new_tokens, eos))
     assistant = assisted_model(proposer, chain)

@@ -351,6 +351,8 @@ def load_proposer(folder: str | Path, target) -> DFlashProposer:
 class DFlashProposer:
     """One forward per cycle: block [x_{T-1}, MASK...] at T-1 over cached context keys of positions < T-1."""
 
+    drafts_trees = False  # a block is one pass of B-1 positions; callers offering trees check this
+
     def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
         self.drafter, self.generator = drafter.eval(), generator
         self.required_layers = list(drafter.layer_ids)
