@@ -223,6 +223,30 @@ def verifier_section(training: dict, verifier: str) -> str:
         "`draftsmith export CHECKPOINT --verifier HUB_ID_OR_FOLDER`.", ""])
 
 
+def shared_facts(checkpoint: Path, options, kind: str, description: str, target_name: str | None):
+    """(the card facts every export gathers the same way, the results.json path): model_ref, verifier, license,
+    training, results and results_source; `kind` picks this drafter's `draftsmith eval` results."""
+    training = find_training_info(checkpoint)
+    target = options.verifier or training.get("target") or target_name
+    if not target:
+        raise DraftsmithError(f"'{checkpoint}' does not say which target it drafts for; pass --verifier HUB_ID.")
+    path, results = eval_results_for(checkpoint, options.eval_results,
+                                     lambda r: (r.get("drafter") or {}).get("kind") == kind, description)
+    verifier = verifier_name(target)
+    facts = {"model_ref": options.repo_id or str(options.out), "verifier": verifier,
+             "license": options.license or dict(HUB_IDS.values()).get(verifier), "training": training,
+             "results": results, "results_source": str(path) if path else None}
+    return facts, path
+
+
+def finish_card(staging: Path, facts, results_path: Path | None, render):
+    """Draw or copy the acceptance plots, write README.md = render(facts), return the facts."""
+    plots = acceptance_plots(results_path, facts.results, staging)
+    facts.plots = [plot.name for plot in plots]
+    write_card(staging, render(facts), plots)
+    return facts
+
+
 def write_card(folder: Path, text: str, plots: list[Path]) -> list[str]:
     """Copy the plots into the export folder (if not drawn there) and write README.md; returns the plot names
     (which `text` should reference)."""

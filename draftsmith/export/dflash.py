@@ -115,23 +115,10 @@ def write(checkpoint: Path, fmt: str, staging: Path, options) -> DFlashCard:
               metadata={"format": "pt"})
     validate(staging)
     check_round_trip(staging, meta, tensors)
-    target = options.verifier or card.find_training_info(checkpoint).get("target") or meta.get("target_name")
-    if not target:
-        raise DraftsmithError(f"'{checkpoint}' does not say which target it drafts for; pass --verifier HUB_ID.")
-    results_path, results = card.eval_results_for(
-        checkpoint, options.eval_results, lambda r: (r.get("drafter") or {}).get("kind") == "dflash", "is DFlash")
-    verifier = card.verifier_name(target)
-    facts = DFlashCard(
-        model_ref=options.repo_id or str(options.out), verifier=verifier, block_size=meta["config"]["block_size"],
-        num_layers=meta["config"]["num_layers"], target_layer_ids=meta["target_layer_ids"],
-        parameters=sum(t.numel() for t in tensors.values()),
-        license=options.license or dict(card.HUB_IDS.values()).get(verifier),
-        training=card.find_training_info(checkpoint), results=results,
-        results_source=str(results_path) if results_path else None)
-    plots = card.acceptance_plots(results_path, results, staging)
-    facts.plots = [plot.name for plot in plots]
-    card.write_card(staging, render_card(facts), plots)
-    return facts
+    shared, results_path = card.shared_facts(checkpoint, options, "dflash", "is DFlash", meta.get("target_name"))
+    facts = DFlashCard(**shared, block_size=meta["config"]["block_size"], num_layers=meta["config"]["num_layers"],
+                       target_layer_ids=meta["target_layer_ids"], parameters=sum(t.numel() for t in tensors.values()))
+    return card.finish_card(staging, facts, results_path, render_card)
 
 
 def render_card(facts: DFlashCard) -> str:

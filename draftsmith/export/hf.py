@@ -51,25 +51,12 @@ def write(checkpoint: Path, fmt: str, staging: Path, options) -> DraftCard:
     plain = {k: v for k, v in meta.items() if not k.startswith(META_PREFIX) and k not in PROVENANCE_KEYS}
     (staging / "config.json").write_text(json.dumps(plain, indent=2) + "\n")
     check_round_trip(checkpoint, staging)
-    target = options.verifier or card.find_training_info(checkpoint).get("target") or meta.get("target_name")
-    if not target:
-        raise DraftsmithError(f"'{checkpoint}' does not say which target it drafts for; pass --verifier HUB_ID.")
-    results_path, results = card.eval_results_for(
-        checkpoint, options.eval_results, lambda r: (r.get("drafter") or {}).get("kind") == "draft_lm",
-        "is a draft LM")
-    config = (results or {}).get("config") or {}
-    verifier = card.verifier_name(target)
-    facts = DraftCard(
-        model_ref=options.repo_id or str(options.out), verifier=verifier, layers=int(plain["num_hidden_layers"]),
-        hidden_size=int(plain["hidden_size"]), parameters=_parameters(staging), vocab_size=int(plain["vocab_size"]),
-        speculative_tokens=options.speculative_tokens or config.get("draft_length") or 4,
-        license=options.license or dict(card.HUB_IDS.values()).get(verifier),
-        training=card.find_training_info(checkpoint), results=results,
-        results_source=str(results_path) if results_path else None)
-    plots = card.acceptance_plots(results_path, results, staging)
-    facts.plots = [plot.name for plot in plots]
-    card.write_card(staging, render_card(facts), plots)
-    return facts
+    shared, results_path = card.shared_facts(checkpoint, options, "draft_lm", "is a draft LM", meta.get("target_name"))
+    config = (shared["results"] or {}).get("config") or {}
+    facts = DraftCard(**shared, layers=int(plain["num_hidden_layers"]), hidden_size=int(plain["hidden_size"]),
+                      parameters=_parameters(staging), vocab_size=int(plain["vocab_size"]),
+                      speculative_tokens=options.speculative_tokens or config.get("draft_length") or 4)
+    return card.finish_card(staging, facts, results_path, render_card)
 
 
 @torch.no_grad()

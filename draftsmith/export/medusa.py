@@ -99,23 +99,11 @@ def write(checkpoint: Path, fmt: str, staging: Path, options) -> MedusaCard:
     back = from_vllm(load_file(str(staging / "model.safetensors")))
     if set(back) != set(tensors) or not all(torch.equal(back[n], tensors[n]) for n in tensors):
         raise DraftsmithError(f"The medusa export in '{staging}' does not convert back to the checkpoint's tensors.")
-    target = options.verifier or card.find_training_info(checkpoint).get("target") or meta.get("target_name")
-    if not target:
-        raise DraftsmithError(f"'{checkpoint}' does not say which target it drafts for; pass --verifier HUB_ID.")
-    results_path, results = card.eval_results_for(
-        checkpoint, options.eval_results, lambda r: (r.get("drafter") or {}).get("kind") == "medusa", "is Medusa heads")
-    verifier = card.verifier_name(target)
-    facts = MedusaCard(
-        model_ref=options.repo_id or str(options.out), verifier=verifier, num_heads=meta["config"]["num_heads"],
-        num_layers=meta["config"]["num_layers"], parameters=sum(t.numel() for t in tensors.values()),
-        speculative_tokens=options.speculative_tokens or meta["config"]["num_heads"],
-        license=options.license or dict(card.HUB_IDS.values()).get(verifier),
-        training=card.find_training_info(checkpoint), results=results,
-        results_source=str(results_path) if results_path else None)
-    plots = card.acceptance_plots(results_path, results, staging)
-    facts.plots = [plot.name for plot in plots]
-    card.write_card(staging, render_card(facts), plots)
-    return facts
+    shared, results_path = card.shared_facts(checkpoint, options, "medusa", "is Medusa heads", meta.get("target_name"))
+    facts = MedusaCard(**shared, num_heads=meta["config"]["num_heads"], num_layers=meta["config"]["num_layers"],
+                       parameters=sum(t.numel() for t in tensors.values()),
+                       speculative_tokens=options.speculative_tokens or meta["config"]["num_heads"])
+    return card.finish_card(staging, facts, results_path, render_card)
 
 
 def render_card(facts: MedusaCard) -> str:

@@ -124,15 +124,8 @@ def write(checkpoint: str | Path, fmt: str, staging: Path, options) -> MTPCard:
     if set(back) != set(tensors) or not all(torch.equal(back[k], tensors[k]) for k in tensors) \
             or not torch.equal(norm_back, final_norm):
         raise DraftsmithError(f"The speculators export of '{checkpoint}' does not convert back to the checkpoint.")
-    results_path, results = card.eval_results_for(
-        checkpoint, options.eval_results, lambda r: (r.get("drafter") or {}).get("kind") == "mtp", "is an MTP drafter")
-    facts = MTPCard(model_ref=options.repo_id or str(options.out), verifier=card.verifier_name(verifier),
-                    speculative_tokens=steps, license=options.license, training=card.find_training_info(checkpoint),
-                    results=results, results_source=str(results_path) if results_path else None)
-    plots = card.acceptance_plots(results_path, results, staging)
-    facts.plots = [plot.name for plot in plots]
-    card.write_card(staging, render_card(facts), plots)
-    return facts
+    shared, results_path = card.shared_facts(checkpoint, options, "mtp", "is an MTP drafter", verifier)
+    return card.finish_card(staging, MTPCard(**shared, speculative_tokens=steps), results_path, render_card)
 
 
 def render_card(facts: MTPCard) -> str:
