@@ -315,7 +315,10 @@ def use_grouped_attention(model: nn.Module) -> None:
         return
     AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)
     AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)  # the masks SDPA gets (without it: no mask at all)
-    model.set_attn_implementation(GROUPED_SDPA)
+    try:
+        model.set_attn_implementation(GROUPED_SDPA)
+    except (ValueError, TypeError, NotImplementedError):  # a model that refuses custom attention keeps plain SDPA
+        return
 
 
 def _capture_into(store: dict[int, torch.Tensor], layer_id: int):
