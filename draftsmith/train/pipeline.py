@@ -51,18 +51,17 @@ def ensure_prepared(config: TrainConfig, target=None, wait_s: float = 3600.0) ->
 
 
 def check_prepared_matches(report: dict, wanted, where: Path, target=None) -> None:
-    """Refuse to reuse prepared data made for another target or with other prepare options than the recipe asks for."""
-    if target is not None:
-        from draftsmith.data.prepared import check_prepared_target, template_sha256
-        from draftsmith.data.templates import resolve_chat_template
-
-        check_prepared_target(where.parent, target)
+    """Refuse to reuse prepared data made with other prepare options (chat template included, given `target`) than
+    the recipe asks for. Whether it was made for this target is checked where it is loaded (`load_prepared`)."""
     made = {"input": report.get("inputs"), "max_length": report.get("max_length"),
             "last_turn_only": report.get("last_turn_only"), "regenerate": report.get("regenerated"),
             "draft_vocab_size": report.get("draft_vocab_size") or 0}  # the report writes None for no vocabulary
     asked = {"input": list(wanted.input), "max_length": wanted.max_length, "last_turn_only": wanted.last_turn_only,
              "regenerate": wanted.regenerate, "draft_vocab_size": wanted.draft_vocab_size or 0}
     if target is not None and report.get("chat_template_sha256"):  # None: plain-text rows, no template used
+        from draftsmith.data.prepared import template_sha256
+        from draftsmith.data.templates import resolve_chat_template
+
         made["chat_template"] = report["chat_template_sha256"][:12]
         asked["chat_template"] = template_sha256(target, resolve_chat_template(wanted.chat_template))[:12]
     differ = [f"prepare.{key}: recipe {asked[key]!r}, data {made[key]!r}" for key in asked if asked[key] != made[key]]
