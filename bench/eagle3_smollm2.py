@@ -27,12 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import forward_tokens_per_s as measure_forward, steps_for, train  # noqa: E402
+from common import decode_interleaved, forward_tokens_per_s as measure_forward, steps_for, train  # noqa: E402
 from common import train_tokens_per_s as train_tokens_per_s_of  # noqa: E402
 from draftsmith.config import load  # noqa: E402
 from draftsmith.data.prepared import load_token_counts  # noqa: E402
@@ -167,15 +166,7 @@ for size, info in drafters.items():
         methods[f"eagle3 v{size}->{narrow} chain"] = (lambda ids, p=narrowed: speculative_generate(
             target, p, ids, DraftShape(args.draft_length), GREEDY, args.max_new_tokens, eos))
 
-warm = torch.tensor([prompts[0].token_ids[:32]])
-for run in methods.values():
-    run(warm)
-runs = {name: [] for name in methods}
-for index, prompt in enumerate(prompts):
-    ids = torch.tensor([prompt.token_ids])
-    for name in (list(methods) if index % 2 == 0 else list(reversed(methods))):
-        runs[name].append(methods[name](ids))
-    print(f"[{index + 1}/{len(prompts)}] {prompt.name}", flush=True)
+runs = decode_interleaved(methods, prompts)
 
 # ----------------------------------------------------------------------------- report
 plain = runs["plain (ours)"]
