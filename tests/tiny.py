@@ -15,15 +15,19 @@ CHATML = (
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-def byte_tokenizer(chat_template: str | None = CHATML) -> PreTrainedTokenizerFast:
-    """256 byte tokens plus ChatML specials (ids 256..258): any text round-trips exactly."""
-    byte_to_unicode = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {ch: i for i, ch in enumerate(sorted(byte_to_unicode))}
-    for offset, special in enumerate(SPECIAL_TOKENS):
-        vocab[special] = 256 + offset
+def byte_level_core(specials: dict[str, int]) -> Tokenizer:
+    """A byte-level BPE without merges over the 256 bytes (ids 0..255) plus `specials` (name -> id)."""
+    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab.update(specials)
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
+    return core
+
+
+def byte_tokenizer(chat_template: str | None = CHATML) -> PreTrainedTokenizerFast:
+    """256 byte tokens plus ChatML specials (ids 256..258): any text round-trips exactly."""
+    core = byte_level_core({special: 256 + offset for offset, special in enumerate(SPECIAL_TOKENS)})
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         eos_token="<|im_end|>",
@@ -42,12 +46,7 @@ BOS = "<|startoftext|>"
 def base_tokenizer() -> PreTrainedTokenizerFast:
     """A base model's tokenizer: the 256 bytes, no chat template, and a BOS (id 259) that it adds in front
     of every text, as Llama/Gemma-style tokenizers do; EOS is <|endoftext|> (256)."""
-    byte_to_unicode = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {ch: i for i, ch in enumerate(sorted(byte_to_unicode))}
-    vocab.update({"<|endoftext|>": 256, BOS: 259})
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    core.decoder = decoders.ByteLevel()
+    core = byte_level_core({"<|endoftext|>": 256, BOS: 259})
     core.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B",
                                                         special_tokens=[(BOS, 259)])
     return PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token="<|endoftext|>",
