@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -221,6 +222,19 @@ def verifier_section(training: dict, verifier: str) -> str:
         "but the acceptance measured here comes from the GGUF weights: a full-precision verifier may accept "
         "slightly differently. To name other verifier weights in config.json and this card, export with "
         "`draftsmith export CHECKPOINT --verifier HUB_ID_OR_FOLDER`.", ""])
+
+
+@dataclass(kw_only=True)
+class SharedFacts:
+    """What every export's card states besides its family's own facts (which subclasses add)."""
+
+    model_ref: str  # what users pass to the engine: the hub repo id or the local folder
+    verifier: str
+    license: str | None = None
+    training: dict = field(default_factory=dict)
+    results: dict | None = None
+    results_source: str | None = None
+    plots: list[str] = field(default_factory=list)  # file names inside the export folder
 
 
 def shared_facts(checkpoint: Path, options, kind: str, description: str, target_name: str | None):

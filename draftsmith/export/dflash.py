@@ -11,7 +11,7 @@ against exactly the parameters that config builds; the round trip gives back the
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,21 +26,14 @@ LAYER_ID_OFFSET = 0
 DFLASH_KEYS = {"mask_token_id", "target_layer_ids"}
 
 
-@dataclass
-class DFlashCard:
+@dataclass(kw_only=True)
+class DFlashCard(card.SharedFacts):
     """What the card of a DFlash export states."""
 
-    model_ref: str
-    verifier: str
     block_size: int
     num_layers: int
     target_layer_ids: list[int]
     parameters: int
-    license: str | None = None
-    training: dict = field(default_factory=dict)
-    results: dict | None = None
-    results_source: str | None = None
-    plots: list[str] = field(default_factory=list)
 
 
 def reference_config(meta: dict) -> dict:

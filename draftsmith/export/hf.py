@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -24,22 +24,15 @@ META_PREFIX = "draftsmith_"
 PROVENANCE_KEYS = ("target_name", "target_fingerprint")
 
 
-@dataclass
-class DraftCard:
+@dataclass(kw_only=True)
+class DraftCard(card.SharedFacts):
     """What the card of a draft-LM export states."""
 
-    model_ref: str
-    verifier: str
     layers: int
     hidden_size: int
     parameters: int
     vocab_size: int
     speculative_tokens: int
-    license: str | None = None
-    training: dict = field(default_factory=dict)
-    results: dict | None = None
-    results_source: str | None = None
-    plots: list[str] = field(default_factory=list)
 
 
 def write(checkpoint: Path, fmt: str, staging: Path, options) -> DraftCard:

@@ -11,7 +11,7 @@ and the round trip gives back the checkpoint's tensors.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,21 +25,14 @@ CONFIG_KEYS = {"model_type", "architectures", "hidden_size", "vocab_size", "num_
                "medusa_fc_bias", "truncated_vocab_size"}
 
 
-@dataclass
-class MedusaCard:
+@dataclass(kw_only=True)
+class MedusaCard(card.SharedFacts):
     """What the card of a Medusa export states."""
 
-    model_ref: str
-    verifier: str
     num_heads: int
     num_layers: int
     parameters: int
     speculative_tokens: int
-    license: str | None = None
-    training: dict = field(default_factory=dict)
-    results: dict | None = None
-    results_source: str | None = None
-    plots: list[str] = field(default_factory=list)
 
 
 def vllm_config(meta: dict) -> dict:

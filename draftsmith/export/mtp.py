@@ -12,7 +12,7 @@ written. The round trip is checked: the folder converts back to the checkpoint's
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,18 +27,11 @@ SUPPORTED_MODEL_TYPES = ("qwen3",)
 PREFIX = "mtp_layers.0."
 
 
-@dataclass
-class MTPCard:
+@dataclass(kw_only=True)
+class MTPCard(card.SharedFacts):
     """What the card of an MTP export states."""
 
-    model_ref: str
-    verifier: str
     speculative_tokens: int
-    license: str | None = None
-    training: dict = field(default_factory=dict)
-    results: dict | None = None
-    results_source: str | None = None
-    plots: list[str] = field(default_factory=list)
 
 
 def read_checkpoint(checkpoint: Path) -> tuple[dict, dict[str, torch.Tensor]]:
