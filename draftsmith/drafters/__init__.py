@@ -111,6 +111,14 @@ def kind_module(kind: str):
 
 
 # --------------------------------------------------------------------------- what every trained kind shares
+def predicting_positions(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(batch rows, positions) s whose next token x_{s+1} is learned (loss_mask[s+1] = 1): where the target's
+    distribution is needed as a training label."""
+    needed = torch.zeros_like(loss_mask, dtype=torch.bool)
+    needed[:, :-1] = loss_mask[:, 1:].bool()
+    return needed.nonzero(as_tuple=True)
+
+
 TARGET_INFO = ("target_name", "target_architectures", "target_fingerprint")
 """what a drafter folder records about its target (config.json top level)"""
 

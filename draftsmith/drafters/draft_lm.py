@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache
 
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, predicting_positions
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree, tree_attention_mask
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
@@ -94,9 +94,7 @@ class Drafter(nn.Module):
     def forward(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
         """Distillation loss at the positions whose next token is learned; acc_0 = greedy agreement."""
         loss_mask = batch["loss_mask"].bool()
-        needed = torch.zeros_like(loss_mask)
-        needed[:, :-1] = loss_mask[:, 1:]
-        rows = needed.nonzero(as_tuple=True)
+        rows = predicting_positions(loss_mask)
         hidden = self.model.get_decoder()(input_ids=batch["input_ids"],
                                           attention_mask=batch.get("attention_mask")).last_hidden_state
         draft_logits = self.model.get_output_embeddings()(hidden[rows]).float()

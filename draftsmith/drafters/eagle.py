@@ -29,7 +29,8 @@ from transformers.models.llama.modeling_llama import (
 
 from draftsmith.config import build
 from draftsmith.drafters import (
-    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
+    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder,
+    save_folder, target_info,
 )
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree
 from draftsmith.errors import DraftsmithError
@@ -238,9 +239,7 @@ class Drafter(nn.Module):
     def _training_targets(self, last, loss_mask, target_head) -> tuple[torch.Tensor, torch.Tensor]:
         """The target's argmax [B, S] and its distribution restricted to the draft vocabulary (all of it for
         EAGLE-1) and renormalised [B, S, N], at the positions whose next token is learned (zero elsewhere)."""
-        needed = torch.zeros_like(loss_mask)
-        needed[:, :-1] = loss_mask[:, 1:]
-        rows = needed.nonzero(as_tuple=True)
+        rows = predicting_positions(loss_mask)
         if hasattr(target_head, "draft_targets"):  # only the draft rows' logits, never [positions, V]
             logits, argmax = target_head.draft_targets(last[rows], self.draft_ids)
         else:  # a plain function giving full logits
