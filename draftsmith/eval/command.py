@@ -129,8 +129,11 @@ def check_arguments(config: EvalConfig) -> None:
     from draftsmith.eval.prompts import read_conversations
     from draftsmith.eval.runner import drafter_kind
 
+    from draftsmith.data.templates import resolve_chat_template
+
     config.validate()
     drafter_kind(config.drafter)
+    resolve_chat_template(config.chat_template)  # a template file that does not exist fails here
     read_conversations(config.prompts)  # the file exists and every row parses
     if Path(config.out).expanduser().is_file():
         raise DraftsmithError(f"--out '{config.out}' is a file; pass a folder for results.json and the reports.")
