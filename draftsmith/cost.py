@@ -27,6 +27,8 @@ def verify_cost_curve(target, sizes, context: torch.Tensor, repeats: int = 5) ->
             chunk = context[:, context.shape[1] - max(sizes) : context.shape[1] - max(sizes) + n].to(target.device)
             start = time.perf_counter()
             target.forward(chunk, cache=cache)
+            if chunk.device.type == "cuda":
+                torch.cuda.synchronize(chunk.device)
             times[n].append(time.perf_counter() - start)
             cache.crop(-n)
     return {n: sorted(t)[len(t) // 2] for n, t in times.items()}

@@ -51,6 +51,23 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def resolve_device(device: str) -> str:
+    """`"auto"` -> `"cuda"` when a CUDA GPU is visible, else `"cpu"`; `"cuda[:N]"` is checked to exist."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device.startswith("cuda"):
+        index = device.partition(":")[2]
+        if not torch.cuda.is_available():
+            raise DraftsmithError(f"Device '{device}' asked for, but torch sees no CUDA GPU here; use cpu or auto.")
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise DraftsmithError(f"Device '{device}': torch sees {torch.cuda.device_count()} CUDA GPU(s) "
+                                  f"(cuda:0 .. cuda:{torch.cuda.device_count() - 1}).")
+        return device
+    raise DraftsmithError(f"Unknown device '{device}'. Use auto, cpu, cuda or cuda:N.")
+
+
 def cache_dir() -> Path:
     """Where draftsmith keeps derived files (dequantized GGUF weights): $DRAFTSMITH_CACHE or ~/.cache."""
     if os.environ.get("DRAFTSMITH_CACHE"):

@@ -54,6 +54,8 @@ class EvalConfig:
     the speculative decoder and generate() all run the same layers. false = torch's own linear everywhere"""
     dtype: str = "float32"
     """dtype of the target (and of an hf: drafter): float32, bfloat16, float16"""
+    device: str = "auto"
+    """where the target and drafter run: auto (the first CUDA GPU when there is one, else cpu), cpu, cuda, cuda:N"""
     transformers_baseline: bool = True
     """also time transformers generate() on every prompt (for speedup_vs_transformers)"""
     threads: int = 0
@@ -131,7 +133,10 @@ def check_arguments(config: EvalConfig) -> None:
 
     from draftsmith.data.templates import resolve_chat_template
 
+    from draftsmith.target import resolve_device
+
     config.validate()
+    resolve_device(config.device)  # 'cuda' on a machine without a GPU fails here
     drafter_kind(config.drafter)
     resolve_chat_template(config.chat_template)  # a template file that does not exist fails here
     read_conversations(config.prompts)  # the file exists and every row parses
@@ -163,13 +168,13 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     from draftsmith.eval.prompts import load_prompts
     from draftsmith.eval.report import write_report
     from draftsmith.eval.runner import compare, environment, load_drafter
-    from draftsmith.target import load_target
+    from draftsmith.target import load_target, resolve_device
 
     check_arguments(config)  # every argument, before the target loads and the linear layers are tuned
     if config.threads:
         torch.set_num_threads(config.threads)
     if target is None:
-        target = load_target(config.target, dtype=config.dtype)
+        target = load_target(config.target, dtype=config.dtype, device=resolve_device(config.device))
     from draftsmith.data.templates import resolve_chat_template
 
     chat_template = resolve_chat_template(config.chat_template)

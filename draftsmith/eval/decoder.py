@@ -167,6 +167,8 @@ def speculative_generate(
     while not done:
         tick = time.perf_counter()
         draft = proposer.propose(state, shape, sampling)
+        if target.device.type == "cuda":  # the draft's kernels may still run: charge them to drafting
+            torch.cuda.synchronize(target.device)
         tock = time.perf_counter()
         path, emitted, offered = _verify(target, cache, state, draft, layers, sampling, generator, stored)
         room = max_new_tokens - (state.tokens.shape[1] - state.prompt_length)

@@ -196,14 +196,15 @@ def hf_generate(target, prompt: torch.Tensor, sampling: Sampling, max_new_tokens
     if not sampling.greedy:
         torch.manual_seed(seed)
     pad = target.tokenizer.pad_token_id if target.tokenizer is not None else None
+    prompt = prompt.to(target.device)
     start = time.perf_counter()
     output = target.model.generate(
         prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens, min_new_tokens=0,
         eos_token_id=sorted(eos) or None, pad_token_id=pad if pad is not None else (min(eos) if eos else 0),
         **options, **extra,
     )
-    total = time.perf_counter() - start
-    return Generation(output[0, prompt.shape[1]:].tolist(), None, total)
+    tokens = output[0, prompt.shape[1]:].tolist()  # waits for the device, so the time below is complete
+    return Generation(tokens, None, time.perf_counter() - start)
 
 
 def environment(target) -> dict:
