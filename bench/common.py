@@ -73,8 +73,10 @@ def decode_interleaved(methods: dict, prompts) -> dict[str, list]:
 
 def method_rows(runs: dict, plain: str, baseline: str) -> dict[str, dict]:
     """Per method: tokens/s, speedups against `plain` and `baseline` (both methods of `runs`), identical outputs,
-    and for speculative methods τ, per-position acceptance and the draft-time fraction."""
+    and for speculative methods τ, per-position acceptance, the draft-time fraction and the drafter's seconds per
+    drafted token over the target's seconds per token in `plain` (both measured in this run)."""
     tps = {name: metrics.timing(gens)["tokens_per_s"] for name, gens in runs.items()}
+    target_s_per_token = 1 / tps[plain]
     rows = {}
     for name, gens in runs.items():
         row = {"tokens_per_s": tps[name], f"speedup_vs_{plain}": tps[name] / tps[plain],
@@ -85,5 +87,28 @@ def method_rows(runs: dict, plain: str, baseline: str) -> dict[str, dict]:
             row.update(acceptance_length=acceptance["acceptance_length"],
                        acceptance_per_position=acceptance.get("acceptance_per_position"),
                        draft_time_fraction=metrics.timing(gens).get("draft_time_fraction"))
+            drafted = sum(c.drafted for g in gens for c in g.cycles)
+            if drafted:
+                row["draft_cost_per_token_vs_target"] = (
+                    sum(c.draft_s for g in gens for c in g.cycles) / drafted / target_s_per_token)
         rows[name] = row
     return rows
+
+
+@torch.no_grad()
+def step_costs(model, context: int = 256, repeats: int = 20) -> dict[str, float]:
+    """Median ms of one cached single-token step of a causal LM after `context` tokens: the whole model, and its
+    decoder body alone (the rest is the lm_head); what a draft model pays per drafted token."""
+    from transformers import DynamicCache
+
+    ids = torch.randint(0, model.config.vocab_size, (1, context + 1), device=model.device)
+    times: dict[str, list[float]] = {"full": [], "body": []}
+    for round_ in range(repeats):
+        for part in ("full", "body") if round_ % 2 == 0 else ("body", "full"):
+            cache = DynamicCache(config=model.config)
+            (model.get_decoder() if part == "body" else model)(input_ids=ids[:, :context], cache=cache, use_cache=True)
+            began = time.perf_counter()
+            (model.get_decoder() if part == "body" else model)(input_ids=ids[:, context:], cache=cache, use_cache=True)
+            times[part].append(time.perf_counter() - began)
+    full, body = (sorted(times[k])[repeats // 2] * 1e3 for k in ("full", "body"))
+    return {"full_ms": full, "body_ms": body, "lm_head_share": 1 - body / full}

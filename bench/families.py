@@ -10,9 +10,12 @@ seconds per step), and its held-out accuracy per step or head is read from its l
 Then the same HumanEval prompts are decoded at T=0, interleaved prompt by prompt, with our plain loop,
 transformers generate(), our prompt lookup, every family as a chain (--draft-length) and as an EAGLE-2
 tree (--tree), and a draft LM also in generate(assistant_model=...). Printed per method: tokens/s, τ,
-per-position acceptance, draft-time fraction, speedup vs our plain loop and vs generate(), outputs
-identical to plain; per family: training tokens/s against target-forward-only tokens/s, held-out
-accuracy, trainable parameters; and the peak RSS of the whole run. Results go to OUT/bench.json.
+per-position acceptance, draft-time fraction, the drafter's cost per drafted token over the target's per
+token, speedup vs our plain loop and vs generate(), outputs identical to plain; per family: training
+tokens/s against target-forward-only tokens/s, held-out accuracy, trainable parameters, and for a draft
+LM its parameters, one cached step against the target's and its lm_head's share of that step; and the
+peak RSS of the whole run. --variant adds an A/B run of one recipe option (trained at the same budget,
+decoded as a chain only). Results go to OUT/bench.json.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import decode_interleaved, forward_tokens_per_s, method_rows, read_log, steps_for, train  # noqa: E402
-from common import train_tokens_per_s  # noqa: E402
+from common import step_costs, train_tokens_per_s  # noqa: E402
 from draftsmith.config import load  # noqa: E402
 from draftsmith.data.capture import TokenDataset  # noqa: E402
 from draftsmith.data.prepared import load_prepared  # noqa: E402
@@ -49,6 +52,10 @@ RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m"
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--families", nargs="+", default=["eagle3", "draft-lm"],
                     help="recipes of recipes/smollm2-135m/ to train and compare (file names without .yaml)")
+parser.add_argument("--variant", nargs="+", action="append", default=[], metavar="NAME RECIPE [OVERRIDE]",
+                    help="an extra run of a family's recipe with overrides (e.g. --variant draft-lm-fresh draft-lm "
+                         "drafter.init=fresh), trained at the same budget and decoded as a chain only: an A/B of "
+                         "one option; repeat the flag for more")
 parser.add_argument("--minutes", type=float, default=20.0, help="training wall-time budget per family")
 parser.add_argument("--num-prompts", type=int, default=40, help="HumanEval prompts decoded per method")
 parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -61,6 +68,13 @@ parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE
 args = parser.parse_args()
 out = Path(args.out)
 GREEDY = Sampling()
+
+
+runs_to_train = {family: (family, []) for family in args.families}
+for name, family, *overrides in args.variant:
+    if name in runs_to_train:
+        parser.error(f"--variant {name}: that name is taken")
+    runs_to_train[name] = (family, overrides)
 
 
 def recipe(family: str, name: str, *overrides: str) -> TrainConfig:
@@ -79,20 +93,21 @@ pipeline.ensure_prepared(first, target)
 prepare_minutes = (time.perf_counter() - began) / 60
 split = TokenDataset(load_prepared(first.data.prepared, target)["train"])
 families: dict[str, dict] = {}
-for family in args.families:
-    probe = train(recipe(family, f"{family}-probe", "train.max_steps=6", "train.eval_every=0",
+for name, (family, overrides) in runs_to_train.items():
+    probe = train(recipe(family, f"{name}-probe", *overrides, "train.max_steps=6", "train.eval_every=0",
                          "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1"), target)
-    tokens_per_s = train_tokens_per_s(out / f"{family}-probe")
+    tokens_per_s = train_tokens_per_s(out / f"{name}-probe")
     forward = forward_tokens_per_s(target, split, probe.config, probe.layers)
     steps, step_tokens = steps_for(args.minutes, tokens_per_s, split, probe.config)
-    print(f"{family}: {tokens_per_s:.0f} training tokens/s ({tokens_per_s / forward:.2f}x target forward) -> {steps} steps "
+    print(f"{name}: {tokens_per_s:.0f} training tokens/s ({tokens_per_s / forward:.2f}x target forward) -> {steps} steps "
           f"for {args.minutes:g} min", flush=True)
     began = time.perf_counter()
-    run = train(recipe(family, family, f"train.max_steps={steps}", f"train.eval_every={max(steps // 3, 1)}",
+    run = train(recipe(family, name, *overrides, f"train.max_steps={steps}", f"train.eval_every={max(steps // 3, 1)}",
                        f"train.checkpoint_every={max(steps // 3, 1)}"), target)
-    last_eval = [r for r in read_log(out / family) if r.get("split") == "eval"][-1]
-    families[family] = {
-        "kind": run.kind, "folder": str(out / family / "best"), "steps": steps, "best_step": run.best_step,
+    last_eval = [r for r in read_log(out / name) if r.get("split") == "eval"][-1]
+    families[name] = {
+        "recipe": family, "overrides": overrides, "variant": name not in args.families,
+        "kind": run.kind, "folder": str(out / name / "best"), "steps": steps, "best_step": run.best_step,
         "train_minutes": (time.perf_counter() - began) / 60, "training_tokens_per_s": tokens_per_s,
         "target_forward_tokens_per_s": forward, "training_over_forward": tokens_per_s / forward,
         "held_out_accuracy": step_accuracies(last_eval), "validation": last_eval,
@@ -117,13 +132,17 @@ for family, info in families.items():
     proposer = kind_module(info["kind"]).load_proposer(info["folder"], target)
     small_batch.install_on_proposer(proposer, target, rows)
     shapes = [(f"chain ({args.draft_length})", chain)]
-    if getattr(proposer, "drafts_trees", True):  # DFlash drafts one block per pass, never a tree
+    if getattr(proposer, "drafts_trees", True) and not info["variant"]:  # DFlash drafts one block per pass
         shapes.append((f"tree ({args.tree})", tree))
     for label, shape in shapes:
         methods[f"{family} {label}"] = (lambda ids, p=proposer, s=shape: speculative_generate(
             target, p, ids, s, GREEDY, args.max_new_tokens, eos))
     assistant = assisted_model(proposer, chain)
-    if assistant is not None:
+    if assistant is not None:  # a draft model: its own cost per token against the target's, and its head's share
+        info["step_costs"] = {"draft": step_costs(assistant), "target": step_costs(target.model)}
+        info["draft_step_vs_target"] = info["step_costs"]["draft"]["full_ms"] / info["step_costs"]["target"]["full_ms"]
+        info["parameters"] = sum(p.numel() for p in assistant.parameters())
+    if assistant is not None and not info["variant"]:
         methods[f"{family} in generate(assistant_model)"] = (lambda ids, a=assistant: hf_generate(
             target, ids, GREEDY, args.max_new_tokens, eos, assistant_model=a))
 runs = decode_interleaved(methods, prompts)
@@ -141,11 +160,19 @@ for family, info in families.items():
     accuracy = ", ".join(f"{a:.3f}" for a in info["held_out_accuracy"])
     print(f"{family}: {info['steps']} steps in {info['train_minutes']:.1f} min, {info['training_over_forward']:.2f}x "
           f"target-forward tokens/s, {info['trainable_parameters'] / 1e6:.2f} M trainable, held-out acc [{accuracy}]")
-print(f"{'method':<36} {'tok/s':>7} {'τ':>5} {'vs plain':>9} {'vs gen()':>9} {'draft':>6} identical  α per position")
+    if "step_costs" in info:
+        draft, full = info["step_costs"]["draft"], info["step_costs"]["target"]
+        print(f"  draft model: {info['parameters'] / 1e6:.1f} M parameters; one cached step {draft['full_ms']:.2f} ms = "
+              f"{info['draft_step_vs_target']:.2f}x the target's {full['full_ms']:.2f} ms; lm_head "
+              f"{draft['lm_head_share']:.0%} of the draft step ({full['lm_head_share']:.0%} of the target's)")
+print(f"{'method':<36} {'tok/s':>7} {'τ':>5} {'vs plain':>9} {'vs gen()':>9} {'draft':>6} {'d/tok':>6} identical  "
+      "α per position")
 for name, row in results.items():
     tau = f"{row['acceptance_length']:.2f}" if "acceptance_length" in row else "-"
     frac = f"{row['draft_time_fraction']:.2f}" if row.get("draft_time_fraction") is not None else "-"
     alphas = " ".join(f"{a:.2f}" for a in row.get("acceptance_per_position") or [])
+    per_token = f"{row['draft_cost_per_token_vs_target']:.2f}" if "draft_cost_per_token_vs_target" in row else "-"
     print(f"{name:<36} {row['tokens_per_s']:7.2f} {tau:>5} {row['speedup_vs_plain']:8.2f}x {row['speedup_vs_generate']:8.2f}x "
-          f"{frac:>6} {row['identical_to_plain']:>4}/{len(prompts)}  {alphas}")
+          f"{frac:>6} {per_token:>6} {row['identical_to_plain']:>4}/{len(prompts)}  {alphas}")
+print("d/tok: the drafter's seconds per drafted token over the target's seconds per token in our plain loop")
 print(f"wrote {out / 'bench.json'}")

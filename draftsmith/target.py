@@ -201,7 +201,12 @@ class Target:
         logits: bool = True,
         logits_to_keep: int = 0,
     ) -> TargetOutput:
-        """Run the target; return logits (unless `logits=False`) and the outputs of `layers`."""
+        """Run the target; return logits (unless `logits=False`) and the outputs of `layers`.
+
+        Inputs may live anywhere: they are moved to the target's device (outputs stay there)."""
+        device = self.device
+        input_ids, attention_mask, position_ids = (
+            None if t is None else t.to(device) for t in (input_ids, attention_mask, position_ids))
         for layer in layers:
             if not 0 <= layer < self.num_layers:
                 raise DraftsmithError(

@@ -157,7 +157,7 @@ def test_capture_survives_kill_9_and_resumes(tiny_folder, tmp_path):
     folder, target = tiny_folder
     data = make_prepared(tmp_path, target, 250)
     out = tmp_path / "feat"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(capture_command(folder, data, out), env=env, cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
@@ -193,7 +193,7 @@ def test_capture_survives_kill_9_and_resumes(tiny_folder, tmp_path):
 # --------------------------------------------------------------------------- data parallel
 def test_data_parallel_capture_equals_single_process(tiny_folder, prepared, tmp_path):
     folder, target = tiny_folder
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "OMP_NUM_THREADS": "1"}
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m",
               "draftsmith.data.commands", "capture", "--target", str(folder), "--data", str(prepared),

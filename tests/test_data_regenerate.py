@@ -65,7 +65,7 @@ def test_regeneration_survives_kill_9(tmp_path, tiny_llama):
     command = [sys.executable, "-m", "draftsmith.data.commands", "prepare", "--target", str(folder), "--input",
                str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "out"), "--regenerate", "--batch-size", "2",
                "--max-new-tokens", "12", "--eval-fraction", "0"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "OMP_NUM_THREADS": "1"}
     cache_file = tmp_path / "out" / "regenerated.jsonl"
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120

