@@ -138,3 +138,20 @@ def test_grouped_query_attention_equals_repeated_keys(with_mask):
         mask[:, 0] = True  # every query sees something
     expected = F.scaled_dot_product_attention(q, repeat_kv(keys, 3), repeat_kv(values, 3), mask)
     torch.testing.assert_close(_grouped_query_attention(q, keys, values, mask), expected)
+
+
+def test_the_causal_prompt_pass_equals_the_masked_pass(tiny_llama):
+    """A new request's whole prompt runs through SDPA's causal kernel: same hiddens and cache as an [n, n] mask."""
+    target = frozen(tiny_llama)
+    drafter = eagle.create(eagle.Config(), target).eval()
+    tokens = torch.randint(0, 250, (1, 40), generator=torch.Generator().manual_seed(3))
+    state = state_for(target, tokens, drafter.config.layers)
+    n = tokens.shape[1] - 1
+    with torch.no_grad():
+        fused, positions = drafter.fuse(state.features), torch.arange(n)[None]
+        masked, masked_past = drafter.step(tokens[:, 1:], fused, positions, None, torch.ones(n, n, dtype=torch.bool).tril())
+        causal, causal_past = drafter.step(tokens[:, 1:], fused, positions, causal=True)
+    torch.testing.assert_close(causal, masked)
+    torch.testing.assert_close(causal_past, masked_past)
+    with pytest.raises(ValueError, match="causal=True"):
+        drafter.step(tokens[:, 1:], fused, positions, None, torch.ones(n, n, dtype=torch.bool).tril(), causal=True)

@@ -173,12 +173,18 @@ class Drafter(nn.Module):
         """Draft logits: over the draft vocabulary (EAGLE-3) or the target's (EAGLE-1, target head)."""
         return self.lm_head(self.norm(hidden)) if self.eagle3 else target_head(hidden)
 
-    def step(self, ids, hidden, positions, past=None, mask=None):
+    def step(self, ids, hidden, positions, past=None, mask=None, causal: bool = False):
         """One cached pass over n inputs attending to `past` (keys, values) and themselves, as `mask`
-        [n, past+n] allows (None: everything). Returns (output hidden, past + new (keys, values))."""
+        [n, past+n] allows (None: everything; `causal`: no past, each input sees itself and those before it).
+        Returns (output hidden, past + new (keys, values))."""
         q, k, v, residual = self.project(ids, hidden, positions)
         keys, values = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
-        attention = _grouped_query_attention(q, keys, values, mask)
+        if causal:  # a whole prompt: SDPA's causal kernel, never an [n, n] mask (3x faster at 4096 tokens on CPU)
+            if past is not None or mask is not None:
+                raise ValueError("causal=True is for a pass without past and without a mask")
+            attention = F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=True)
+        else:
+            attention = _grouped_query_attention(q, keys, values, mask)
         return self.layers[0].finish(attention, residual), (keys, values)
 
     # ---- training
@@ -426,10 +432,13 @@ class EagleProposer:
         features = {layer: state.features[layer][:, keep : length - 1].to(device) for layer in self.required_layers}
         ids = tokens[keep + 1 :][None].to(device)
         positions = torch.arange(keep, length - 1, device=device)[None]
-        past = None if keep == 0 else (self.past[0][:, :, :keep], self.past[1][:, :, :keep])
         n = length - 1 - keep
-        mask = torch.ones(n, keep + n, dtype=torch.bool, device=device).tril(keep)
-        hidden, self.past = self.drafter.step(ids, self.drafter.fuse(features), positions, past, mask)
+        if keep == 0:  # the whole prompt (a new request): causal attention without an [n, n] mask
+            hidden, self.past = self.drafter.step(ids, self.drafter.fuse(features), positions, causal=True)
+        else:
+            past = (self.past[0][:, :, :keep], self.past[1][:, :, :keep])
+            mask = torch.ones(n, keep + n, dtype=torch.bool, device=device).tril(keep)
+            hidden, self.past = self.drafter.step(ids, self.drafter.fuse(features), positions, past, mask)
         self.cached = tokens.clone()
         hidden = hidden[:, -1:]
         return hidden, self.drafter.logits(hidden, self._head)[0, -1].float(), length - 2
