@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -370,13 +370,11 @@ def _measured_draft_length(results: dict | None) -> int | None:
 
 
 # --------------------------------------------------------------------------- the model card
-@dataclass
-class CardFacts:
+@dataclass(kw_only=True)
+class CardFacts(card.SharedFacts):
     """Everything the card states, gathered before rendering (rendering is a pure function)."""
 
     fmt: str
-    model_ref: str  # what users pass to the engine: the hub repo id or the local folder
-    verifier: str
     verifier_is_hub_id: bool
     target_layers: list[int]
     format_layer_ids: list[int]
@@ -385,11 +383,6 @@ class CardFacts:
     hidden_size: int
     parameters: int
     speculative_tokens: int
-    license: str | None = None
-    training: dict = field(default_factory=dict)
-    results: dict | None = None
-    results_source: str | None = None
-    plots: list[str] = field(default_factory=list)  # file names inside the export folder
 
 
 def card_facts(ckpt: Eagle3Checkpoint, fmt: str, model_ref: str, speculative_tokens: int, license: str | None):
