@@ -20,15 +20,15 @@ def verify_cost_curve(target, sizes, context: torch.Tensor, repeats: int = 5) ->
     cache is cropped back to the context after every pass."""
     sizes = sorted(set(sizes))
     cache = DynamicCache(config=target.config)
-    target.forward(context[:, : context.shape[1] - max(sizes)].to(target.device), cache=cache, logits_to_keep=1)
+    target.forward(context[:, : context.shape[1] - max(sizes)], cache=cache, logits_to_keep=1)
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for round_ in range(repeats):
         for n in sizes if round_ % 2 == 0 else reversed(sizes):
-            chunk = context[:, context.shape[1] - max(sizes) : context.shape[1] - max(sizes) + n].to(target.device)
+            chunk = context[:, context.shape[1] - max(sizes) : context.shape[1] - max(sizes) + n]
             start = time.perf_counter()
             target.forward(chunk, cache=cache)
-            if chunk.device.type == "cuda":
-                torch.cuda.synchronize(chunk.device)
+            if target.device.type == "cuda":
+                torch.cuda.synchronize(target.device)
             times[n].append(time.perf_counter() - start)
             cache.crop(-n)
     return {n: sorted(t)[len(t) // 2] for n, t in times.items()}

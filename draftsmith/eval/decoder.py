@@ -112,7 +112,7 @@ class GrowingFeatures:
 def _prefill(target, prompt: torch.Tensor, layers: list[int], sampling: Sampling, generator):
     """Run the prompt through the target; return (cache, first new token [1], features)."""
     cache = DynamicCache(config=target.config)
-    out = target.forward(prompt.to(target.device), layers=layers, cache=cache, logits_to_keep=1)
+    out = target.forward(prompt, layers=layers, cache=cache, logits_to_keep=1)
     first = choose(out.logits[0, -1:].float().cpu(), sampling, generator)
     return out.cache, first, out.features
 
@@ -140,7 +140,7 @@ def plain_generate(
     ttft = time.perf_counter() - start
     new = [int(token)]
     while len(new) < max_new_tokens and new[-1] not in eos:
-        out = target.forward(token[None].to(target.device), cache=cache)
+        out = target.forward(token[None], cache=cache)
         token = choose(out.logits[0, -1:].float().cpu(), sampling, generator)
         new.append(int(token))
     return Generation(new, ttft, time.perf_counter() - start)
@@ -182,8 +182,7 @@ def tree_forward(target, inputs: torch.Tensor, parents: torch.Tensor, past: int,
     """Target pass over [root] + tree nodes `inputs` [1, n+1]: tree mask, positions past + depth."""
     sees, depth = tree_layout(parents)
     mask = tree_attention_mask(sees, past, target.dtype)
-    return target.forward(inputs.to(target.device), layers=layers, cache=cache, attention_mask=mask.to(target.device),
-                          position_ids=(past + depth)[None].to(target.device))
+    return target.forward(inputs, layers=layers, cache=cache, attention_mask=mask, position_ids=(past + depth)[None])
 
 
 def _verify(target, cache, state: DecodeState, draft: Draft, layers, sampling, generator, stored: GrowingFeatures):
@@ -196,7 +195,7 @@ def _verify(target, cache, state: DecodeState, draft: Draft, layers, sampling, g
                   None if draft.probs is None else draft.probs.cpu())
     inputs = torch.cat([state.tokens[:, -1:], draft.tokens.view(1, -1).long()], dim=1)
     if draft.parents is None:
-        out = target.forward(inputs.to(target.device), layers=layers, cache=cache)
+        out = target.forward(inputs, layers=layers, cache=cache)
         accepted, emitted = verify_chain(out.logits[0].float().cpu(), draft, sampling, generator)
         path = torch.arange(accepted + 1)
         offered = min(len(draft), accepted + 1)
