@@ -3,15 +3,18 @@
 `profile` times real forwards of the target: b requests, each adding n new tokens after c cached
 ones, left-padded with an attention mask exactly as a padded batch is served. Two tables come out:
 decode/verify passes (b, n small, c > 0) and prefills (b, prompt length n, c = 0). `CostModel`
-fits a few per-unit costs to each table by least squares (fixed, per request, per token row, per
-cached token, attention), which extrapolates linearly and lets a shared machine's noisy points
-average out; `fit_error` says how far the fit is from the measured points. A batch whose requests differ pays for its widest row and longest context (padding), which
-is what the padded forward costs. Mixed batches (b = 2..4, random contexts and widths) are timed in
+interpolates each table (multilinearly between measured points: on a CPU the cost is far from linear
+in b and n, e.g. 2-3 token rows cost more per row than 5, so no few-term formula fits b = 1 and b = 8
+alike) and, outside the measured grid, adds the slopes of a least-squares fit of a few per-unit costs
+(fixed, per request, per token row, per cached token, attention) to the nearest measured point;
+`fit_error` says how far that fit alone is from the measured points. A batch whose requests differ
+pays for its widest row and longest context (padding), which is what the padded forward costs. Mixed batches (b = 2..4, random contexts and widths) are timed in
 the same rounds and stored in the profile; every report compares them with the model.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import platform
@@ -48,6 +51,28 @@ def fit(features: np.ndarray, seconds: np.ndarray) -> np.ndarray:
     return coefficients
 
 
+class Table:
+    """Multilinear interpolation in a measured grid (plain Python: the simulator calls it for every pass)."""
+
+    def __init__(self, axes, values: np.ndarray):
+        self.axes = [[float(v) for v in axis] for axis in axes]
+        self.values = np.asarray(values, dtype=float)
+
+    def __call__(self, point: tuple) -> tuple[tuple, float]:
+        """(the point clamped into the grid, as floats; the interpolated value there)."""
+        inside, corners = [], [((), 1.0)]
+        for axis, value in zip(self.axes, point):
+            value = min(max(float(value), axis[0]), axis[-1])
+            inside.append(value)
+            upper = min(bisect.bisect_right(axis, value), len(axis) - 1)
+            lower = max(upper - 1, 0)
+            span = axis[upper] - axis[lower]
+            weight = (value - axis[lower]) / span if span else 0.0
+            corners = [(index + (i,), w * share) for index, w in corners
+                       for i, share in ((lower, 1.0 - weight), (upper, weight)) if share]
+        return tuple(inside), sum(float(self.values[index]) * w for index, w in corners)
+
+
 @dataclass
 class CostModel:
     """Forward times (seconds) of the profiled target, fitted to the measured grid, plus where they were measured."""
@@ -64,21 +89,38 @@ class CostModel:
         grid = np.meshgrid(*self.decode_axes, indexing="ij")
         self.decode_fit = fit(decode_features(*grid), self.decode_s)
         self.prefill_fit = fit(prefill_features(*np.meshgrid(*self.prefill_axes, indexing="ij")), self.prefill_s)
-        self.floor = 0.5 * float(self.decode_s.min())  # a fit must never promise a free pass
+        self.floor = 0.5 * float(self.decode_s.min())  # extrapolation must never promise a free pass
         self._decode, self._prefill = [float(v) for v in self.decode_fit], [float(v) for v in self.prefill_fit]
+        self._decode_table = Table(self.decode_axes, self.decode_s)
+        self._prefill_table = Table(self.prefill_axes, self.prefill_s)
+
+    def fitted_step(self, batch: int, new_tokens: int, context: int) -> float:
+        """The least-squares formula's seconds for a decode/verify pass (the slopes used outside the grid)."""
+        fixed, per_request, per_token, per_cached, per_attention = self._decode  # decode_features, unrolled: hot path
+        rows = batch * new_tokens
+        return fixed + per_request * batch + per_token * rows + per_cached * batch * context + per_attention * rows * context / 1e3
+
+    def fitted_prefill(self, batch: int, prompt_tokens: int) -> float:
+        """The least-squares formula's seconds for a prefill."""
+        fixed, per_token, per_attention = self._prefill
+        tokens = batch * prompt_tokens
+        return fixed + per_token * tokens + per_attention * tokens * prompt_tokens / 1e3
 
     def step(self, batch: int, new_tokens: int, context: int) -> float:
         """Seconds of one decode/verify pass: `batch` rows of `new_tokens` each after `context` cached ones."""
-        fixed, per_request, per_token, per_cached, per_attention = self._decode  # decode_features, unrolled: hot path
-        rows = batch * new_tokens
-        seconds = fixed + per_request * batch + per_token * rows + per_cached * batch * context + per_attention * rows * context / 1e3
+        point = (float(batch), float(new_tokens), float(context))
+        inside, seconds = self._decode_table(point)
+        if inside != point:  # beyond the grid: the fit's slopes from the nearest measured point
+            seconds += self.fitted_step(*point) - self.fitted_step(*inside)
         return max(seconds, self.floor)
 
     def prefill(self, batch: int, prompt_tokens: int) -> float:
         """Seconds of prefilling `batch` prompts padded to `prompt_tokens`."""
-        fixed, per_token, per_attention = self._prefill
-        tokens = batch * prompt_tokens
-        return max(fixed + per_token * tokens + per_attention * tokens * prompt_tokens / 1e3, self.floor)
+        point = (float(batch), float(prompt_tokens))
+        inside, seconds = self._prefill_table(point)
+        if inside != point:
+            seconds += self.fitted_prefill(*point) - self.fitted_prefill(*inside)
+        return max(seconds, self.floor)
 
     def fit_error(self) -> dict:
         """Median and worst relative error of the fit on the measured grid points (decode and prefill)."""

@@ -156,7 +156,8 @@ def break_even(runs: list[dict], label: str, metric: str = "e2e_ms") -> dict:
     if ratios and ratios[0] >= 1:
         crossing = rates[0]
     return {"rates": rates, "e2e_ratio_speculative_over_plain": ratios, "stops_paying_at_rate": crossing,
-            "pays_at_every_rate": bool(ratios) and all(q < 1 for q in ratios)}
+            "pays_at_every_rate": bool(ratios) and all(q < 1 for q in ratios),
+            "pays_at_no_rate": bool(ratios) and all(q >= 1 for q in ratios)}
 
 
 def published_beside_ours(runs: list[dict]) -> list[dict]:

@@ -46,9 +46,19 @@ def check_lines(results: dict) -> list[str]:
                      f"worst {_pct(batched['error_max'])} over {len(batched['rows'])} batches — "
                      f"{'PASS' if batched['passed'] else 'FAIL'} (±{TOLERANCE:.0%})")
     grid = results["validation"]["fit_on_grid"]
-    lines.append(f"cost-model fit on the profiled grid: decode median |error| {grid['decode_median']:.1%} "
+    lines.append(f"least-squares fit whose slopes extend the measured grid (inside it the model interpolates the "
+                 f"measured points): decode median |error| {grid['decode_median']:.1%} "
                  f"(worst {grid['decode_max']:.1%}), prefill median {grid['prefill_median']:.1%} (worst {grid['prefill_max']:.1%})")
     return lines
+
+
+def paying(row: dict) -> str:
+    """Where speculation stops paying, in words, from a `break_even` row."""
+    if row["pays_at_every_rate"]:
+        return "pays at every simulated rate"
+    if row.get("pays_at_no_rate"):
+        return "pays at no simulated rate (slower than plain even at the lowest)"
+    return f"stops paying at ≈{row['stops_paying_at_rate']:.3g} req/s" if row["stops_paying_at_rate"] else "n/a"
 
 
 def print_summary(results: dict) -> None:
@@ -56,9 +66,7 @@ def print_summary(results: dict) -> None:
     for line in check_lines(results):
         print(line)
     for label, row in results["break_even"].items():
-        where = ("pays at every simulated rate" if row["pays_at_every_rate"]
-                 else f"stops paying at ≈{row['stops_paying_at_rate']:.3g} req/s" if row["stops_paying_at_rate"] else "n/a")
-        print(f"FCFS, {label}: speculation {where} (E2E ratio by rate: "
+        print(f"FCFS, {label}: speculation {paying(row)} (E2E ratio by rate: "
               + ", ".join(f"{r}: {q:.2f}" for r, q in zip(row["rates"], row["e2e_ratio_speculative_over_plain"])) + ")")
 
 
@@ -151,7 +159,7 @@ def page(results: dict) -> str:
     checks = "".join(f"<li>{html.escape(line)}</li>" for line in check_lines(results))
     even = _table(["traces", "rates", "E2E speculative / plain (FCFS)", "stops paying at (req/s)"],
                   [[k, v["rates"], ", ".join(f"{q:.2f}" for q in v["e2e_ratio_speculative_over_plain"]),
-                    "pays at every rate" if v["pays_at_every_rate"] else v["stops_paying_at_rate"]]
+                    paying(v).removeprefix("stops paying at ")]
                    for k, v in results["break_even"].items()])
     predictor = _table(["traces", "MAE at admission (tokens)", "MAE over all positions", "mean output tokens"],
                        [[k, f"{v['mae_at_admission_tokens']:.1f}", f"{v['mae_all_positions_tokens']:.1f}",
