@@ -6,7 +6,7 @@ import torch
 from scipy.stats import chisquare
 from tiny import tiny_target
 
-from draftsmith.drafters import Draft, DraftShape, Sampling
+from draftsmith.drafters import Draft, DraftShape, Sampling, kind_module
 from draftsmith.drafters.draft_lm import DraftLM
 from draftsmith.eval import decoder, verify
 from draftsmith.eval.verify import verify_chain, verify_tree
@@ -100,8 +100,8 @@ def test_broken_tree_rule_fails(monkeypatch):
 
 
 # --------------------------------------------------------------------------- end to end
-def small_vocab_target(seed):
-    target = tiny_target("llama", seed=seed, vocab_size=8, num_layers=2, pad_token_id=0, eos_token_id=None,
+def small_vocab_target(seed, num_layers=2):
+    target = tiny_target("llama", seed=seed, vocab_size=8, num_layers=num_layers, pad_token_id=0, eos_token_id=None,
                          bos_token_id=None)
     target.model.lm_head.weight.data.mul_(10)  # p and q overlap partly: where a wrong rule shows most
     return target
@@ -138,3 +138,30 @@ def test_speculative_sampling_matches_plain_end_to_end(monkeypatch, broken):
         assert min(pvalues) > 1e-3
         plain = [decoder.plain_generate(target, prompt, sampling, 3, set(), generator).tokens for _ in range(600)]
         assert chi2_pvalue([r[2] for r in plain], p2) > 1e-3  # the enumeration itself is right
+
+
+# Every trained kind drafts through its own sampling code (chains with their q); the decoder must stay lossless.
+KIND_OPTIONS = {"eagle": {"layers": [0, 1, 2]}, "medusa": {"num_heads": 2}, "mtp": {"num_modules": 2},
+                "dflash": {"block_size": 3, "target_layer_ids": [0, 2], "mask_token_id": 7}}
+
+
+@pytest.mark.parametrize("kind", list(KIND_OPTIONS))
+def test_every_trained_kind_samples_losslessly_end_to_end(kind):
+    target = small_vocab_target(0, num_layers=4)
+    target.tokenizer = None  # 8 token ids and no text: DFlash's MASK is then simply the id it is given
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    sampling = Sampling(1.0)
+    p1, p2 = exact_marginals(target, prompt, sampling)
+    module = kind_module(kind)
+    drafter = module.create(module.Config(**KIND_OPTIONS[kind]), target)
+    with torch.no_grad():  # a random drafter whose q differs from p (fresh ones copy parts of the target)
+        for parameter in drafter.parameters():
+            if parameter.dtype.is_floating_point:
+                parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(3)) * 0.5)
+    proposer = drafter.proposer(target, torch.Generator().manual_seed(1))
+    generator = torch.Generator().manual_seed(0)
+    runs = [decoder.speculative_generate(target, proposer, prompt, DraftShape(2), sampling, 3, set(), generator)
+            for _ in range(800)]
+    drafted = sum(c.drafted for r in runs for c in r.cycles)
+    assert drafted > 800, "the drafter must actually draft for the test to mean anything"
+    assert min(chi2_pvalue([r.tokens[1] for r in runs], p1), chi2_pvalue([r.tokens[2] for r in runs], p2)) > 1e-3
