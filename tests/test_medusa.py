@@ -159,3 +159,203 @@ def test_the_medusa_export_is_vllms_layout_and_round_trips(tiny_qwen3, tmp_path)
     (out / "config.json").write_text(json.dumps(config))
     with pytest.raises(DraftsmithError, match="blocks.0.layers.0.bias: not a parameter"):
         medusa_export.validate(out)
+
+
+# --------------------------------------------------------------------------- the static tree
+def test_the_static_tree_is_the_best_tree_of_its_size():
+    import itertools
+
+    accuracy = torch.tensor([[0.6, 0.2, 0.1], [0.5, 0.25, 0.05], [0.4, 0.3, 0.1]])
+    tree = medusa.static_tree(accuracy, 10)
+    assert len(tree) == 10 and len(set(tree)) == 10
+    assert all(p[:-1] in tree[:i] for i, p in enumerate(tree) if len(p) > 1)  # parents come first
+    value = {p: float(torch.tensor([accuracy[d, r] for d, r in enumerate(p)]).prod())
+             for n in (1, 2, 3) for p in itertools.product(range(3), repeat=n)}
+    best = sorted(value.values(), reverse=True)
+    for size in (3, 6, 10):  # every prefix holds the most expected acceptance any tree of that size can
+        assert sum(value[p] for p in tree[:size]) == pytest.approx(sum(best[:size]))
+    assert tree[:4] == [(0,), (0, 0), (1,), (0, 1)]  # 0.6, 0.3, 0.2, 0.15 (then (0, 0, 0) at 0.12)
+
+
+def test_validation_figures_give_the_folder_a_tree_that_decodes_losslessly(tiny_qwen3, tmp_path):
+    import json
+
+    target = frozen(tiny_qwen3)
+    drafter = make(target, num_heads=3, top_k=3, tree_nodes=7)
+    assert drafter.static_tree() is None  # nothing measured yet: trees are EAGLE-2's dynamic ones
+    drafter.eval()
+    _, metrics = drafter.loss(batch_for(target), target.head)
+    assert {f"hit_{i}_{r}" for i in range(3) for r in range(3)} <= set(metrics)
+    assert metrics["top3_1"] == pytest.approx(sum(metrics[f"hit_1_{r}"] for r in range(3)))
+    drafter.use_held_out(metrics)
+    drafter.save_pretrained(tmp_path / "d")
+    saved = json.loads((tmp_path / "d" / medusa.TREE_FILE).read_text())
+    assert len(saved["paths"]) == 7 and saved["rank_accuracy"][2][1] == pytest.approx(metrics["hit_2_1"])
+    proposer = medusa.load_proposer(tmp_path / "d", target)
+    assert [tuple(p) for p in saved["paths"]] == proposer.static and proposer.describe()["tree"] == "static"
+    tokens = torch.tensor([257, 5, 6, 7, 8, 9])
+    features = target.forward(tokens[None, :-1], layers=[target.num_layers - 1], logits=False).features
+    draft = proposer.propose(DecodeState(tokens[None], features), DraftShape(tree=(3, 3, 7)), Sampling())
+    feature = features[target.num_layers - 1][0, -1]
+    for node, path in enumerate(proposer.static):  # node (r_1..r_d) = head d-1's rank-r_d choice under its parent
+        ranked = proposer.drafter.head(len(path) - 1, feature).topk(3).indices
+        assert int(draft.tokens[node]) == int(ranked[path[-1]])
+        assert int(draft.parents[node]) == (proposer.static.index(path[:-1]) if len(path) > 1 else -1)
+    prompt = tokens[None]
+    plain = plain_generate(target, prompt, Sampling(), 24, eos=set()).tokens
+    assert speculative_generate(target, proposer, prompt, DraftShape(tree=(3, 3, 7)), Sampling(), 24, eos=set()).tokens == plain
+
+
+def test_a_tree_budget_below_the_head_count_is_refused():
+    with pytest.raises(DraftsmithError, match="drafter.tree_nodes=2 is smaller than drafter.num_heads=4"):
+        build(medusa.Config, {"num_heads": 4, "tree_nodes": 2}, prefix="drafter.")
+
+
+# --------------------------------------------------------------------------- Medusa-2
+def medusa2(target, **options):
+    """Medusa-2 heads with every trained weight perturbed (adapters' B too, so they act); the base copy untouched."""
+    drafter = medusa.create(medusa.Config(num_heads=2, lora_rank=4, **options), target)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in drafter.named_parameters():
+            if not name.startswith("tuned.") or "lora_" in name:
+                parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    return drafter
+
+
+def test_medusa2_trains_adapters_and_heads_and_leaves_the_target_unchanged(tiny_qwen3):
+    target = frozen(tiny_qwen3)
+    before = hashlib.sha256(b"".join(t.numpy().tobytes() for _, t in sorted(target.model.state_dict().items())))
+    drafter = medusa2(target)
+    trainable = {name for name, p in drafter.named_parameters() if p.requires_grad}
+    assert any("lora_A" in name for name in trainable) and "lm_heads.0.weight" in trainable
+    assert not any(name.startswith("tuned.") and "lora_" not in name for name in trainable)  # base copy frozen
+    assert drafter.lr_scale("lm_heads.0.weight") == 4.0 and drafter.lr_scale(next(n for n in trainable if "lora_B" in n)) == 1.0
+    lora = {n: p.detach().clone() for n, p in drafter.named_parameters() if "lora_" in n}
+    optimizer = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=1e-2)
+    batch = batch_for(target)
+    for _ in range(2):
+        loss, metrics = drafter.loss(batch, target.head)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert {"distill", "agree", "acc_0", "acc_1"} <= set(metrics)
+    assert all(not torch.equal(p, lora[n]) for n, p in drafter.named_parameters() if "lora_" in n)
+    after = hashlib.sha256(b"".join(t.numpy().tobytes() for _, t in sorted(target.model.state_dict().items())))
+    assert after.hexdigest() == before.hexdigest()
+
+
+def test_medusa2_loss_is_the_heads_on_the_tuned_states_plus_distillation(tiny_qwen3):
+    target = frozen(tiny_qwen3)
+    drafter = medusa2(target, distill_weight=0.5)
+    batch = batch_for(target)
+    value, _ = drafter.loss(batch, target.head)
+    with torch.no_grad():
+        tuned = drafter.tuned(batch["input_ids"], output_hidden_states=True)
+        normed, log_tuned = tuned.hidden_states[-1], torch.log_softmax(tuned.logits.float(), -1)
+        p = torch.softmax(target.model(batch["input_ids"]).logits.float(), -1)  # the frozen target's
+        total = 0.5 * -(p[:, 3:15] * log_tuned[:, 3:15]).sum(-1).mean()  # positions whose next token is learned
+        for i in range(2):
+            n = 16 - 2 - i
+            log_q = torch.log_softmax(by_hand(drafter, i, normed), -1)
+            total = total + 0.8**i * -(p[:, 1 + i : 1 + i + n] * log_q[:, :n]).sum(-1)[:, 2 - i :].mean()
+    torch.testing.assert_close(value, total, rtol=1e-4, atol=1e-5)
+
+
+def test_medusa2_merged_target_equals_the_unmerged_forward_and_verifies_losslessly(tiny_qwen3, tmp_path):
+    target = frozen(tiny_qwen3)
+    drafter = medusa2(target)
+    ids = torch.tensor([[257, 5, 6, 7, 8, 9, 10, 11]])
+    with torch.no_grad():
+        unmerged = drafter.tuned(ids).logits
+        original = target.model(ids).logits
+    assert not torch.allclose(unmerged, original, atol=1e-4)  # the adapters do change the target
+    drafter.save_pretrained(tmp_path / "d")
+    stored = set(load_tensors(tmp_path / "d"))
+    assert any("lora_A" in n for n in stored) and not any("tuned." in n and "lora_" not in n for n in stored)
+    proposer = medusa.load_proposer(tmp_path / "d", target)
+    verifier = proposer.verifier
+    with torch.no_grad():
+        torch.testing.assert_close(verifier.model(ids).logits, unmerged, rtol=1e-4, atol=1e-5)
+    assert proposer.describe()["variant"] == "medusa2"
+    plain = plain_generate(verifier, ids, Sampling(), 24, eos=set()).tokens
+    for shape in (DraftShape(length=2), DraftShape(tree=(2, 2, 4))):
+        assert speculative_generate(verifier, proposer, ids, shape, Sampling(), 24, eos=set()).tokens == plain
+
+
+def load_tensors(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_eval_verifies_medusa2_with_the_tuned_target_and_reports_the_drift(tiny_qwen3, tmp_path):
+    from draftsmith.eval.prompts import Prompt
+    from draftsmith.eval.report import markdown
+    from draftsmith.eval.runner import compare
+
+    target = frozen(tiny_qwen3)
+    drafter = medusa2(target)
+    drafter.save_pretrained(tmp_path / "d")
+    proposer = medusa.load_proposer(tmp_path / "d", target)
+    prompts = [Prompt(f"p{i}", [257, 5 + i, 6, 7, 8, 9]) for i in range(3)]
+    results = compare(target, proposer, prompts, DraftShape(length=2), Sampling(), 12, transformers_baseline=False,
+                      progress=False)
+    assert results["lossless"] == {"checked": 3, "identical": 3}  # against the tuned target's plain output
+    drift = results["tuned_target"]
+    original = [plain_generate(target, torch.tensor([p.token_ids]), Sampling(), 12, eos=set()).tokens for p in prompts]
+    tuned = [plain_generate(proposer.verifier, torch.tensor([p.token_ids]), Sampling(), 12, eos=set()).tokens
+             for p in prompts]
+    assert drift["identical_to_original"] == sum(a == b for a, b in zip(tuned, original)) and drift["checked"] == 3
+    assert "verified by" in markdown(results)
+
+
+def test_medusa2_on_modules_peft_cannot_find_is_one_clear_error(tiny_qwen3, tmp_path):
+    with pytest.raises(DraftsmithError, match="drafter.lora_target_modules=\\['no_such_proj'\\]"):
+        medusa.create(medusa.Config(lora_rank=4, lora_target_modules=["no_such_proj"]), frozen(tiny_qwen3))
+    medusa.create(medusa.Config(num_heads=1, lora_rank=2), frozen(tiny_qwen3)).save_pretrained(tmp_path / "d")
+    with pytest.raises(DraftsmithError, match="needs their target"):
+        medusa.Drafter.from_pretrained(tmp_path / "d")
+
+
+def test_the_medusa2_export_carries_the_tuned_target_that_loads_by_path(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from draftsmith.export import export
+    from draftsmith.target import load_target
+    from tiny import save_target
+
+    target = frozen(load_target(save_target(tiny_target("qwen3"), tmp_path / "target")))
+    drafter = medusa2(target)
+    drafter.save_pretrained(tmp_path / "best")
+    out = export(tmp_path / "best", "medusa", tmp_path / "out")
+    assert sorted(load_tensors(out)) == sorted(n.replace(".linear.", ".") for n in drafter.state_dict()
+                                               if n.startswith(("blocks.", "lm_heads.")))
+    loaded = AutoModelForCausalLM.from_pretrained(out / "target")
+    ids = torch.tensor([[257, 5, 6, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, drafter.tuned(ids).logits, rtol=1e-4, atol=1e-5)
+    card = (out / "README.md").read_text()
+    assert "the tuned target verifies" in card and f"{out}/target" in card
+
+
+def test_the_draftsmith_format_copies_the_folder_exactly_and_decodes_the_same(tiny_qwen3, tmp_path):
+    from draftsmith.export import export
+
+    target = frozen(tiny_qwen3)
+    drafter = make(target, num_heads=2, top_k=2, tree_nodes=4)
+    drafter.use_held_out({"hit_0_0": 0.5, "hit_0_1": 0.2, "hit_1_0": 0.4, "hit_1_1": 0.1})
+    drafter.save_pretrained(tmp_path / "best")
+    out = export(tmp_path / "best", "draftsmith", tmp_path / "out", verifier="Qwen/Qwen3-0.6B")
+    assert (out / medusa.TREE_FILE).read_bytes() == (tmp_path / "best" / medusa.TREE_FILE).read_bytes()
+    assert "draftsmith eval --target Qwen/Qwen3-0.6B" in (out / "README.md").read_text()
+    prompt = torch.tensor([[257, 5, 6, 7, 8, 9]])
+    shape = DraftShape(tree=(2, 2, 4))
+    runs = [speculative_generate(target, medusa.load_proposer(folder, target), prompt, shape, Sampling(), 16, eos=set())
+            for folder in (tmp_path / "best", out)]
+    assert runs[0].tokens == runs[1].tokens and [c.accepted for c in runs[0].cycles] == [c.accepted for c in runs[1].cycles]
+    (out / "model.safetensors").write_bytes(b"broken")
+    with pytest.raises(DraftsmithError, match="differs from the checkpoint in model.safetensors"):
+        from draftsmith.export import native
+
+        native.validate(out, tmp_path / "best", ["config.json", "model.safetensors"])

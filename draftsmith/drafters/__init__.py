@@ -163,9 +163,9 @@ def load_attached(drafter_class, folder, target):
     return drafter.to(target.device, target.dtype)
 
 
-def save_folder(folder, kind: str, meta: dict, drafter) -> None:
+def save_folder(folder, kind: str, meta: dict, drafter, names=None) -> None:
     """A drafter folder: config.json ({"draftsmith_kind": kind, **meta, target record}) and model.safetensors
-    (the drafter's own tensors: no target part is ever one of its submodules)."""
+    (the drafter's own tensors, or only those in `names`: no frozen target part is ever stored)."""
     import json
     from pathlib import Path
 
@@ -175,7 +175,7 @@ def save_folder(folder, kind: str, meta: dict, drafter) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     config = {"draftsmith_kind": kind, **meta, **drafter.target_info}
     (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
-    save_file({k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items()},
+    save_file({k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items() if names is None or k in names},
               str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 

@@ -1,10 +1,20 @@
-"""Medusa-1 heads (DESIGN §3 "Medusa"): extra decoding heads on the frozen target's last hidden state.
+"""Medusa heads (DESIGN §3 "Medusa"): extra decoding heads on the target's last hidden state.
 
 Head i = n ResBlocks (x + SiLU(W x + b), W zero-initialised, so a fresh head starts as its projection) then
 Linear(H -> V); it reads the target's last hidden state after the final norm (what the target's lm_head
 reads) at index t and predicts x_{t+2+i}. Loss sum_i 0.8^i CE_i against the target's own distribution at
 t+1+i (soft labels, as EAGLE-3 trains). Weights use vLLM's Medusa names (`blocks.{h}.layers.{l}`,
 `lm_heads.{h}`).
+
+Medusa-1 (`lora_rank: 0`): the target stays frozen. Medusa-2 (`lora_rank > 0`): a copy of the target gets LoRA
+adapters (peft) and trains jointly with the heads; its own next-token distribution is pulled towards the frozen
+target's (a distillation term, `distill_weight`), and the heads learn at `head_lr_scale` times the rate. At
+decode time that tuned copy, adapters merged, is the verifier (`proposer.verifier`): the output is exactly the
+tuned target's, and the eval report says so and measures how far it drifted from the original.
+
+Trees: validation hands the heads' held-out rank accuracies to `use_held_out`; from them a static tree (Medusa's
+sparse tree) is grown best-first by expected acceptance under `tree_nodes` and written to `medusa_tree.json`;
+the proposer drafts it when asked for a tree (EAGLE-2's dynamic tree until a measurement exists).
 
 Decoding: `DecodeState.features` hold the target's features at committed positions 0..T-2, and the feature at
 T-2 is the one whose lm_head prediction is the last committed token x_{T-1}, so head 0 at T-2 predicts the first
@@ -13,7 +23,10 @@ draft token x_T. The heads read one feature and keep no cache: a chain is head i
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import heapq
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,11 +35,13 @@ from torch import nn
 
 from draftsmith.config import build
 from draftsmith.drafters import (
-    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
+    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder, save_folder,
+    target_info,
 )
 from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
+from draftsmith.target import Target
 
 
 
@@ -43,11 +58,30 @@ class Config:
     init_from_target: bool = True
     """start each head's projection from the target's lm_head (final-norm input, so the same matrix)"""
     top_k: int = 5
-    """k of the per-head top-k accuracy metrics (topk_i)"""
+    """k of the per-head top-k accuracy metrics (topk_i, hit_i_r) and of the static tree's ranks"""
+    tree_nodes: int = 64
+    """node budget of the static tree grown from the held-out rank accuracies (at least num_heads)"""
+    lora_rank: int = 0
+    """0 = Medusa-1 (target frozen); r > 0 = Medusa-2: LoRA adapters of rank r on a copy of the target, trained jointly"""
+    lora_alpha: float | None = None
+    """Medusa-2: LoRA scaling alpha (default 2 * lora_rank)"""
+    lora_target_modules: str | list[str] = "all-linear"
+    """Medusa-2: the target's modules that get adapters (peft's target_modules; 'all-linear' = every linear layer
+    but the lm_head)"""
+    head_lr_scale: float = 4.0
+    """Medusa-2: the heads' learning rate is train.lr times this (the adapters use train.lr)"""
+    distill_weight: float = 1.0
+    """Medusa-2: weight of the tuned target's cross-entropy towards the frozen target's next-token distribution"""
 
     def validate(self) -> None:
         if self.num_heads < 1:
             raise DraftsmithError(f"drafter.num_heads must be at least 1, got {self.num_heads}.")
+        if self.tree_nodes < self.num_heads:
+            raise DraftsmithError(f"drafter.tree_nodes={self.tree_nodes} is smaller than drafter.num_heads="
+                                  f"{self.num_heads}: the static tree could not hold one chain through every head.")
+        if self.lora_rank < 0 or self.head_lr_scale <= 0 or self.distill_weight < 0:
+            raise DraftsmithError("Need drafter.lora_rank >= 0, drafter.head_lr_scale > 0 and "
+                                  "drafter.distill_weight >= 0.")
         if self.num_layers < 0:
             raise DraftsmithError(f"drafter.num_layers must be >= 0, got {self.num_layers}.")
         if self.top_k < 1:
@@ -68,9 +102,9 @@ class ResBlock(nn.Module):
 
 
 class Drafter(nn.Module):
-    """Medusa-1 heads on the frozen target; `forward(batch, target_head)` is the training loss."""
+    """Medusa heads (plus, for Medusa-2, the LoRA-tuned target copy); `forward(batch, target_head)` is the loss."""
 
-    def __init__(self, config: Config, hidden_size: int, vocab_size: int, num_target_layers: int):
+    def __init__(self, config: Config, hidden_size: int, vocab_size: int, num_target_layers: int, base_model=None):
         super().__init__()
         self.config, self.sizes = config, {"hidden_size": hidden_size, "vocab_size": vocab_size,
                                            "num_target_layers": num_target_layers}
@@ -78,6 +112,9 @@ class Drafter(nn.Module):
         for block in self.blocks:
             block.layers = nn.ModuleList([ResBlock(hidden_size) for _ in range(config.num_layers)])
         self.lm_heads = nn.ModuleList([nn.Linear(hidden_size, vocab_size, bias=False) for _ in range(config.num_heads)])
+        # held-out P(head i's rank-r choice is the target's token), set by `use_held_out`; zeros = not measured
+        self.register_buffer("rank_accuracy", torch.zeros(config.num_heads, config.top_k))
+        self.tuned = tuned_copy(base_model, config) if config.lora_rank else None  # Medusa-2's trained target
         self.target_info: dict = {}
         self.target = None  # the frozen target whose final norm the heads read through; never a submodule
 
@@ -104,68 +141,187 @@ class Drafter(nn.Module):
         """Head i's logits [..., V] from the target's last-layer output (its frozen final norm applied here)."""
         if self.target is None:
             raise DraftsmithError("These Medusa heads are not attached to a target: call drafter.attach(target) first.")
+        return self.head_on_normed(i, self.target.final_norm(last_features.to(self.target.dtype)))
+
+    def head_on_normed(self, i: int, normed: torch.Tensor) -> torch.Tensor:
+        """Head i's logits from a hidden state already through the final norm (what the lm_head reads)."""
         weight = self.lm_heads[i].weight
-        x = self.target.final_norm(last_features.to(self.target.dtype)).to(weight.device, weight.dtype)
+        x = normed.to(weight.device, weight.dtype)
         for layer in self.blocks[i].layers:
             x = layer(x)
         return self.lm_heads[i](x).float()
 
     def forward(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
-        """sum_i w^i CE_i against the target's distribution; loss_i, acc_i (top-1) and topk_i per head."""
+        """sum_i w^i CE_i against the frozen target's distribution (+ Medusa-2's distillation term); loss_i,
+        acc_i (top-1), topk_i and hit_i_r (rank-r choice right) per head."""
         last = batch["features"][self.last_layer]
         loss_mask = batch["loss_mask"].bool()
         total, metrics = last.new_zeros((), dtype=torch.float32), {}
+        normed = None
+        if self.tuned is not None:  # Medusa-2: the heads read the tuned target's states, gradients reach the adapters
+            normed, tuned_logits = self.tuned_states(batch)
+            total = total + self.config.distill_weight * self.distill_loss(tuned_logits, last, loss_mask, target_head,
+                                                                           metrics)
+        k = self.config.top_k
         for i in range(self.config.num_heads):
             counted = loss_mask[:, i + 2 :]  # index t predicts x_{t+2+i}
             rows = counted.nonzero(as_tuple=True)
             if rows[0].numel() == 0:
                 continue
-            log_q = torch.log_softmax(self.head(i, last[rows]), -1)
+            logits = self.head(i, last[rows]) if normed is None else self.head_on_normed(i, normed[rows])
+            log_q = torch.log_softmax(logits, -1)
             with torch.no_grad():
                 p = torch.softmax(target_head(last[rows[0], rows[1] + 1 + i]).float(), -1)
             head_loss = -(p * log_q).sum(-1).mean()
             total = total + self.config.step_weight**i * head_loss
             best = p.argmax(-1, keepdim=True)
+            hits = (log_q.topk(min(k, log_q.shape[-1]), -1).indices == best).float().mean(0)  # [k] rank-r hit rates
             metrics[f"loss_{i}"] = float(head_loss.detach())
-            metrics[f"acc_{i}"] = float((log_q.argmax(-1, keepdim=True) == best).float().mean())
-            top = log_q.topk(min(self.config.top_k, log_q.shape[-1]), -1).indices
-            metrics[f"top{self.config.top_k}_{i}"] = float((top == best).any(-1).float().mean())
+            metrics[f"acc_{i}"] = float(hits[0])
+            metrics[f"top{k}_{i}"] = float(hits.sum())
+            metrics.update({f"hit_{i}_{r}": float(hit) for r, hit in enumerate(hits)})
         metrics["loss"] = float(total.detach())
         return total, metrics
+
+    def tuned_states(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Medusa-2: the tuned target's final-normed last hidden states and logits over the batch."""
+        out = self.tuned(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                         output_hidden_states=True, use_cache=False)
+        return out.hidden_states[-1], out.logits
+
+    def distill_loss(self, tuned_logits, last, loss_mask, target_head, metrics: dict) -> torch.Tensor:
+        """Cross-entropy of the tuned target's next-token distribution towards the frozen target's, where a next
+        token is learned; `distill` and `agree` (tuned argmax = frozen argmax) go into the metrics."""
+        rows = predicting_positions(loss_mask)
+        log_q = torch.log_softmax(tuned_logits[rows].float(), -1)
+        with torch.no_grad():
+            p = torch.softmax(target_head(last[rows]).float(), -1)
+        loss = -(p * log_q).sum(-1).mean()
+        metrics["distill"] = float(loss.detach())
+        metrics["agree"] = float((log_q.argmax(-1) == p.argmax(-1)).float().mean())
+        return loss
 
     def loss(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
         """The training loss and metrics (calls `forward`, so wrappers such as DDP see the call)."""
         return self(batch, target_head)
 
+    def lr_scale(self, name: str) -> float:
+        """Learning-rate multiplier of parameter `name`: Medusa-2's heads learn head_lr_scale times faster."""
+        return 1.0 if self.tuned is None or name.startswith("tuned.") else self.config.head_lr_scale
+
+    def use_held_out(self, metrics: dict) -> None:
+        """Keep the held-out rank accuracies (hit_i_r) that the static tree is grown from."""
+        with torch.no_grad():
+            for i in range(self.config.num_heads):
+                for r in range(self.config.top_k):
+                    if f"hit_{i}_{r}" in metrics:
+                        self.rank_accuracy[i, r] = float(metrics[f"hit_{i}_{r}"])
+
+    def static_tree(self) -> list[tuple[int, ...]] | None:
+        """The static tree (paths of ranks, parents first) grown from the measured accuracies; None before any."""
+        if not bool(self.rank_accuracy.any()):
+            return None
+        return static_tree(self.rank_accuracy.cpu(), self.config.tree_nodes)
+
     # ---- saving
     def save_pretrained(self, folder: str | Path) -> None:
-        """config.json (kind, options, sizes) + model.safetensors (the heads only, no target parts)."""
-        save_folder(folder, "medusa", {"config": dataclasses.asdict(self.config), **self.sizes}, self)
+        """config.json (kind, options, sizes) + model.safetensors (the heads, the measured rank accuracies and,
+        for Medusa-2, the LoRA adapters only: no target weights) + medusa_tree.json once a tree is measured."""
+        kept = {name for name in self.state_dict() if not name.startswith("tuned.") or "lora_" in name}
+        save_folder(folder, "medusa", {"config": dataclasses.asdict(self.config), **self.sizes}, self, kept)
+        tree = self.static_tree()
+        if tree is not None:
+            accuracy = self.rank_accuracy.cpu()
+            expected = [float(torch.tensor([accuracy[d, r] for d, r in enumerate(path)]).prod()) for path in tree]
+            (Path(folder) / TREE_FILE).write_text(json.dumps(
+                {"paths": [list(path) for path in tree], "expected_acceptance_length": 1 + sum(expected),
+                 "rank_accuracy": accuracy.tolist()}, indent=1))
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, target=None) -> Drafter:
-        """Load a folder written by `save_pretrained`, attached to `target` when given."""
+        """Load a folder written by `save_pretrained`, attached to `target` when given (Medusa-2 needs it: its
+        adapters sit on a copy of the target)."""
         meta, tensors, target_record = read_folder(folder, "medusa")
-        drafter = cls(build(Config, meta["config"], prefix="drafter."), meta["hidden_size"], meta["vocab_size"],
-                      meta["num_target_layers"])
-        drafter.load_state_dict(tensors)
+        config = build(Config, meta["config"], prefix="drafter.")
+        if config.lora_rank and target is None:
+            raise DraftsmithError(f"'{folder}' holds Medusa-2 heads: loading them needs their target (the LoRA "
+                                  "adapters sit on a copy of it).")
+        drafter = cls(config, meta["hidden_size"], meta["vocab_size"], meta["num_target_layers"],
+                      target.model if config.lora_rank else None)
+        tensors.setdefault("rank_accuracy", drafter.rank_accuracy)  # folders written before the static tree
+        missing, unexpected = drafter.load_state_dict(tensors, strict=False)
+        missing = [name for name in missing if not name.startswith("tuned.") or "lora_" in name]
+        if missing or unexpected:
+            raise DraftsmithError(f"'{folder}' does not fit its config.json: missing {missing[:3]}, unexpected "
+                                  f"{unexpected[:3]}.")
         drafter.target_info = target_record
         return drafter if target is None else drafter.attach(target)
 
     def proposer(self, target, generator: torch.Generator | None = None) -> MedusaProposer:
-        """The decode-time view of these heads for `target`."""
-        return MedusaProposer(self.attach(target), generator)
+        """The decode-time view of these heads for `target`; Medusa-2 heads are attached to, and verified by, the
+        tuned target with its adapters merged (`proposer.verifier`)."""
+        if self.tuned is None:
+            return MedusaProposer(self.attach(target), generator)
+        merged = merge_tuned(self.tuned).to(target.device)
+        verifier = Target(merged, target.tokenizer, name=f"{target.name} (Medusa-2 tuned)")
+        proposer = MedusaProposer(self.attach(verifier), generator)
+        proposer.verifier = verifier
+        return proposer
+
+
+TREE_FILE = "medusa_tree.json"
+
+
+def static_tree(rank_accuracy: torch.Tensor, budget: int) -> list[tuple[int, ...]]:
+    """Medusa's sparse tree: nodes are rank paths (r_1..r_d), node (r_1..r_d) drafts head d-1's rank-r_d choice
+    under its parent. A node's expected acceptance is prod_j a[j, r_j] (heads taken as independent); the tree with
+    the most expected accepted tokens under `budget` nodes is the `budget` best nodes, grown best-first (a child
+    never beats its parent, so the best nodes form a tree). Returned in that order: parents before children, and
+    any prefix is itself the best tree of its size."""
+    heads, ranks = rank_accuracy.shape
+    frontier = [(-float(rank_accuracy[0, r]), (r,)) for r in range(ranks)]
+    heapq.heapify(frontier)
+    tree = []
+    while frontier and len(tree) < budget:
+        score, path = heapq.heappop(frontier)
+        tree.append(path)
+        if len(path) < heads:
+            for r in range(ranks):
+                heapq.heappush(frontier, (score * float(rank_accuracy[len(path), r]), path + (r,)))
+    return tree
+
+
+def tuned_copy(base_model, config: Config):
+    """Medusa-2's trained target: a copy of `base_model` with LoRA adapters (peft); its own weights stay frozen."""
+    if base_model is None:
+        raise DraftsmithError("Medusa-2 (drafter.lora_rank > 0) needs the target model to copy and adapt.")
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha or 2 * config.lora_rank, lora_dropout=0.0,
+                      target_modules=config.lora_target_modules, bias="none")
+    try:
+        return get_peft_model(copy.deepcopy(base_model), lora)
+    except (ValueError, TypeError) as err:
+        raise DraftsmithError(f"peft cannot add LoRA adapters to this target with drafter.lora_target_modules="
+                              f"{config.lora_target_modules!r}: {err}") from None
+
+
+def merge_tuned(tuned) -> nn.Module:
+    """A plain transformers model: a copy of the tuned target with its adapters merged into the weights."""
+    return copy.deepcopy(tuned).merge_and_unload().eval()
 
 
 # --------------------------------------------------------------------------- building
 def create(config: Config, target, draft_vocab=None) -> Drafter:
-    """Fresh Medusa heads for `target`, projections copied from its lm_head when `init_from_target`."""
+    """Fresh Medusa heads for `target`, projections copied from its lm_head when `init_from_target`; Medusa-2 also
+    gets its adapter-wrapped copy of the target (peft starts the adapters at zero: the copy equals the target)."""
     config = dataclasses.replace(config)
     config.validate()
     if draft_vocab is not None:
         raise DraftsmithError("These Medusa heads predict over the target's whole vocabulary (vLLM's Medusa layout "
                               "has no draft vocabulary); set data.draft_vocab: null for kind medusa.")
-    drafter = Drafter(config, target.hidden_size, target.vocab_size, target.num_layers).to(target.device)
+    drafter = Drafter(config, target.hidden_size, target.vocab_size, target.num_layers,
+                      target.model if config.lora_rank else None).to(target.device)
     drafter.target_info = target_info(target)
     drafter.attach(target)
     if config.init_from_target:
@@ -176,25 +332,33 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
 
 
 def load_proposer(folder: str | Path, target) -> MedusaProposer:
-    """A saved Medusa folder as a Proposer for `target`."""
-    return load_attached(Drafter, folder, target).proposer(target)
+    """A saved Medusa folder as a Proposer for `target` (Medusa-2: verified by the tuned target)."""
+    drafter = load_attached(Drafter, folder, target)
+    proposer = drafter.proposer(target)
+    drafter.tuned = None  # decoding needs only the merged verifier, not the adapter-wrapped copy
+    return proposer
 
 
 # --------------------------------------------------------------------------- decoding
 class MedusaProposer:
     """Chains or trees of head choices at the last feature; no cache (the heads read one feature each cycle)."""
 
+    verifier = None  # Medusa-2: the tuned target that must verify these drafts (None: the target itself)
+
     def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
         self.drafter, self.generator = drafter.eval(), generator
         self.required_layers = [drafter.last_layer]
+        self.static = drafter.static_tree()
 
     def reset(self) -> None:
         """Nothing to forget: the heads keep no state between cycles."""
 
     def describe(self) -> dict:
         """Kind, options and parameter count."""
-        return {"kind": "medusa", **dataclasses.asdict(self.drafter.config),
-                "parameters": sum(p.numel() for p in self.drafter.parameters())}
+        heads = [p for name, p in self.drafter.named_parameters() if not name.startswith("tuned.")]
+        return {"kind": "medusa", "variant": "medusa2" if self.verifier is not None else "medusa1",
+                **dataclasses.asdict(self.drafter.config), "parameters": sum(p.numel() for p in heads),
+                "tree": "static" if self.static else "dynamic"}
 
     @torch.no_grad()
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
@@ -217,11 +381,12 @@ class MedusaProposer:
         return Draft(drafted, probs=torch.stack(probs) if probs else None)
 
     def tree(self, feature: torch.Tensor, depth: int, top_k: int, total_tokens: int) -> Draft:
-        """A sparse tree over the heads' top-k choices: node scores are the product of the heads' probabilities
-        along the path (EAGLE-2's dynamic tree, `tree.dynamic_tree`); depth d's children come from head d, which
-        reads the same feature whatever the parent (Medusa heads do not see the drafted tokens)."""
+        """The static tree measured on held-out data (its nodes of depth <= depth and ranks < top_k, the first
+        total_tokens of them), or, before any measurement, EAGLE-2's dynamic tree over the heads' probabilities."""
         depth = min(depth, self.drafter.config.num_heads)
         log_probs = [torch.log_softmax(self.drafter.head(i, feature), -1).cpu() for i in range(depth)]
+        if self.static:
+            return self.static_draft(log_probs, top_k, total_tokens)
         depth_of: dict[int, int] = {}
 
         def grow(node_ids, _tokens, parent_ids):
@@ -230,4 +395,14 @@ class MedusaProposer:
             return torch.stack([log_probs[d] for d in depths])  # a child of a depth-d node is head d's pick
 
         tokens, parents, _ = dynamic_tree(log_probs[0], grow, depth, top_k, total_tokens)
+        return Draft(tokens, parents)
+
+    def static_draft(self, log_probs: list[torch.Tensor], top_k: int, total_tokens: int) -> Draft:
+        """Tokens of the static tree's paths: node (r_1..r_d) is head d-1's rank-r_d choice (a depth-d node's
+        tokens do not depend on its parent's: Medusa heads do not see the drafted tokens)."""
+        paths = [p for p in self.static if len(p) <= len(log_probs) and max(p) < top_k][:total_tokens]
+        ranked = [lp.topk(min(top_k, lp.numel())).indices for lp in log_probs]
+        index = {path: i for i, path in enumerate(paths)}
+        tokens = torch.tensor([int(ranked[len(p) - 1][p[-1]]) for p in paths], dtype=torch.long)
+        parents = torch.tensor([index[p[:-1]] if len(p) > 1 else -1 for p in paths], dtype=torch.long)
         return Draft(tokens, parents)

@@ -27,6 +27,8 @@ DEFINITIONS = {
     "tpot_ms": "(end-to-end - ttft) / (new tokens - 1), per request",
     "e2e_ms": "end-to-end latency of a request",
     "draft_time_fraction": "sum of time spent proposing / sum of end-to-end time",
+    "tuned_target": "Medusa-2: the tuned target verifies; identical_to_original counts prompts whose plain output equals "
+    "the original target's, token_agreement is the mean share of tokens before the first difference",
 }
 
 
@@ -79,3 +81,14 @@ def speedup(fast: list[Generation], slow: list[Generation]) -> float | None:
     """Ratio of tokens/s, fast over slow (same prompts)."""
     a, b = timing(fast)["tokens_per_s"], timing(slow)["tokens_per_s"]
     return a / b if a and b else None
+
+
+def prefix_agreement(ours: list[Generation], theirs: list[Generation]) -> float | None:
+    """Mean over prompts of (tokens before the first difference) / (the longer output's length): how far two
+    models' outputs run together (1.0 = identical)."""
+    shares = []
+    for a, b in zip(ours, theirs):
+        longest = max(len(a.tokens), len(b.tokens))
+        common = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y), min(len(a.tokens), len(b.tokens)))
+        shares.append(common / longest if longest else 1.0)
+    return float(np.mean(shares)) if shares else None

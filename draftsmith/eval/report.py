@@ -56,6 +56,12 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
                  ("ours vs generate(assistant_model)", _num(assisted["ours_vs_assisted"]) + "×"),
                  ("generate(assistant_model) identical to plain", f"{assisted['identical_to_plain']} / "
                   f"{results['lossless']['checked']}")]
+    tuned = results.get("tuned_target")
+    if tuned:  # Medusa-2: the tuned target verified, so lossless means identical to the tuned target's plain output
+        rows += [("verified by", "the drafter's tuned target (Medusa-2), not the original"),
+                 ("drift: tuned plain output identical to original target's",
+                  f"{tuned['identical_to_original']} / {tuned['checked']} (token agreement "
+                  f"{_num(tuned['token_agreement'], 3)})")]
     for name, row in results.get("per_category", {}).items():
         rows.append((f"category {name} ({row['prompts']} prompts): τ, speedup",
                      f"{_num(row['acceptance_length'])}, {_num(row['speedup'])}×"))

@@ -95,6 +95,7 @@ def evaluate(
     max_new_tokens: int = 64, seed: int = 0, progress: bool = False,
 ) -> dict:
     """Speculative decoding of token-id prompts; τ, per-position acceptance, histogram, tokens/s."""
+    target = getattr(proposer, "verifier", None) or target  # Medusa-2: its tuned target verifies
     generations = []
     for index, ids in enumerate(_progress(prompts, progress, "evaluate")):
         prompt = torch.tensor([ids], dtype=torch.long)
@@ -110,11 +111,16 @@ def compare(
 ):
     """Speculative vs plain vs generate(), interleaved prompt by prompt; every number of results.json.
 
-    `return_runs`: also return the Generations by method (what `--save-traces` writes out)."""
+    `return_runs`: also return the Generations by method (what `--save-traces` writes out).
+
+    A proposer with a `verifier` (Medusa-2's tuned target) is verified by it, and every baseline runs on it too;
+    plain decoding of the original `target` runs as well, for the drift figure (`tuned_target`)."""
+    original, target = target, getattr(proposer, "verifier", None) or target
     eos = eos_ids(target)
     assisted = assisted_model(proposer, shape) if transformers_baseline else None
     _warm_up(target, proposer, shape, sampling, eos, transformers_baseline, assisted)
-    runs: dict[str, list[Generation]] = {"speculative": [], "plain": [], "transformers": [], "assisted": []}
+    runs: dict[str, list[Generation]] = {"speculative": [], "plain": [], "transformers": [], "assisted": [],
+                                         "original": []}
     identical = 0
     for index, prompt in enumerate(_progress(prompts, progress, "eval")):
         ids = torch.tensor([prompt.token_ids], dtype=torch.long)
@@ -125,6 +131,9 @@ def compare(
         }
         if transformers_baseline:
             methods["transformers"] = lambda: hf_generate(target, ids, sampling, max_new_tokens, eos, seed + index)
+        if original is not target:  # what the target the drafter was trained for writes, for the drift figure
+            methods["original"] = lambda: plain_generate(original, ids, sampling, max_new_tokens, eos,
+                                                         _generator(seed, index))
         if assisted is not None:  # the same draft model in transformers' own assisted generation
             methods["assisted"] = lambda: hf_generate(target, ids, sampling, max_new_tokens, eos, seed + index,
                                                       assistant_model=assisted)
@@ -168,6 +177,15 @@ def _results(prompts, runs: dict[str, list[Generation]], sampling: Sampling, ide
             "speedup_vs_transformers": metrics.speedup(assisted, hf), "speedup_vs_plain": metrics.speedup(assisted, plain),
             "ours_vs_assisted": metrics.speedup(speculative, assisted), "timing": metrics.timing(assisted),
             "identical_to_plain": sum(a.tokens == b.tokens for a, b in zip(assisted, plain)) if sampling.greedy else None,
+        }
+    if runs["original"]:
+        same = sum(a.tokens == b.tokens for a, b in zip(plain, runs["original"]))
+        results["tuned_target"] = {
+            "note": "verified by the drafter's tuned target (Medusa-2), so outputs are exactly the tuned target's; "
+                    "drift = how often its plain output equals the original target's",
+            "identical_to_original": same, "checked": len(plain),
+            "token_agreement": metrics.prefix_agreement(plain, runs["original"]),
+            "plain_vs_original": metrics.speedup(plain, runs["original"]),
         }
     results["per_category"] = per_category(prompts, speculative, plain)
     if not sampling.greedy:

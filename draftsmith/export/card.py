@@ -178,7 +178,17 @@ def results_rows(results: dict) -> list[tuple[str, object]]:
         ("draft shape", shape),
         ("target as evaluated", Path(str((results.get("target") or {}).get("name") or "")).name or None),
         ("machine", machine),
-    ]
+    ] + tuned_target_rows(results.get("tuned_target"))
+
+
+def tuned_target_rows(tuned: dict | None) -> list[tuple[str, object]]:
+    """Medusa-2: who verified, and how far the tuned target's own output drifted from the original target's."""
+    if not tuned:
+        return []
+    return [("verified by", "the tuned target (Medusa-2 adapters merged), not the original target"),
+            ("drift: tuned target's greedy output identical to the original's",
+             f"{tuned['identical_to_original']}/{tuned['checked']} prompts, mean token agreement "
+             f"{tuned['token_agreement']:.3f}")]
 
 
 def results_section(results: dict | None, source: str | None, plots: list[str]) -> str:

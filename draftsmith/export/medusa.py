@@ -6,6 +6,10 @@ true: without it vLLM builds bias-free blocks and silently drops ours), and load
 / `.bias` and `lm_heads.{h}.weight`. The heads read the target's hidden state after its final norm, as
 vLLM passes it. The validator checks the folder against exactly the parameters that configuration builds,
 and the round trip gives back the checkpoint's tensors.
+
+Medusa-2 heads were trained with a LoRA-tuned target, and only that target may verify them: the export also
+writes it, adapters merged, as a plain `transformers` folder `target/` (safetensors and tokenizer), checked by
+loading it back by path and comparing its logits with the checkpoint's merged model.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ CONFIG_KEYS = {"model_type", "architectures", "hidden_size", "vocab_size", "num_
                "medusa_fc_bias", "truncated_vocab_size"}
 
 
+TUNED_TARGET = "target"
+"""Medusa-2: the subfolder holding the tuned target (adapters merged)"""
+
+
 @dataclass(kw_only=True)
 class MedusaCard(card.SharedFacts):
     """What the card of a Medusa export states."""
@@ -33,6 +41,7 @@ class MedusaCard(card.SharedFacts):
     num_layers: int
     parameters: int
     speculative_tokens: int
+    lora_rank: int = 0
 
 
 def vllm_config(meta: dict) -> dict:
@@ -81,10 +90,39 @@ def validate(folder: Path) -> None:
         raise DraftsmithError(f"The medusa export in '{folder}' is not what vLLM loads: " + "; ".join(problems))
 
 
+def head_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
+    """The heads' own tensors of a draftsmith Medusa folder (not its rank accuracies or Medusa-2 adapters)."""
+    return {name: t for name, t in load_file(str(checkpoint / "model.safetensors")).items()
+            if name.startswith(("blocks.", "lm_heads."))}
+
+
+def write_tuned_target(checkpoint: Path, meta: dict, folder: Path) -> None:
+    """Medusa-2: the tuned target, adapters merged, as a transformers folder that loads by path (checked)."""
+    from transformers import AutoModelForCausalLM
+
+    from draftsmith.drafters import medusa
+    from draftsmith.target import load_target
+
+    name = meta.get("target_name")
+    if not name:
+        raise DraftsmithError(f"'{checkpoint}' does not say which target its adapters belong to.")
+    target = load_target(name)
+    merged = medusa.merge_tuned(medusa.Drafter.from_pretrained(checkpoint, target).tuned)
+    merged.save_pretrained(folder)
+    if target.tokenizer is not None:
+        target.tokenizer.save_pretrained(folder)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=merged.dtype).eval()
+    ids = torch.arange(16)[None] % merged.config.vocab_size
+    with torch.no_grad():
+        if not torch.allclose(loaded(ids).logits, merged(ids).logits, atol=1e-5, rtol=1e-4):
+            raise DraftsmithError(f"The tuned target written to '{folder}' does not load back as the checkpoint's.")
+
+
 def write(checkpoint: Path, fmt: str, staging: Path, options) -> MedusaCard:
-    """Write vLLM's Medusa layout into `staging`, validate it, check the round trip, add the card."""
+    """Write vLLM's Medusa layout into `staging` (plus Medusa-2's tuned target), validate it, check the round
+    trip, add the card."""
     meta = json.loads((checkpoint / "config.json").read_text())
-    tensors = load_file(str(checkpoint / "model.safetensors"))
+    tensors = head_tensors(checkpoint)
     (staging / "config.json").write_text(json.dumps(vllm_config(meta), indent=2) + "\n")
     save_file({k: v.contiguous() for k, v in to_vllm(tensors).items()}, str(staging / "model.safetensors"),
               metadata={"format": "pt"})
@@ -92,9 +130,12 @@ def write(checkpoint: Path, fmt: str, staging: Path, options) -> MedusaCard:
     back = from_vllm(load_file(str(staging / "model.safetensors")))
     if set(back) != set(tensors) or not all(torch.equal(back[n], tensors[n]) for n in tensors):
         raise DraftsmithError(f"The medusa export in '{staging}' does not convert back to the checkpoint's tensors.")
+    lora_rank = meta["config"].get("lora_rank", 0)
+    if lora_rank:
+        write_tuned_target(checkpoint, meta, staging / TUNED_TARGET)
     shared, results_path = card.shared_facts(checkpoint, options, "medusa", "is Medusa heads", meta.get("target_name"))
     facts = MedusaCard(**shared, num_heads=meta["config"]["num_heads"], num_layers=meta["config"]["num_layers"],
-                       parameters=sum(t.numel() for t in tensors.values()),
+                       parameters=sum(t.numel() for t in tensors.values()), lora_rank=lora_rank,
                        speculative_tokens=options.speculative_tokens or meta["config"]["num_heads"])
     return card.finish_card(staging, facts, results_path, render_card)
 
@@ -109,7 +150,17 @@ def render_card(facts: MedusaCard) -> str:
         "| | |", "|---|---|", f"| heads | {facts.num_heads} |", f"| ResBlocks per head | {facts.num_layers} |",
         f"| parameters | {facts.parameters:,} |", "| format | vLLM Medusa (`MedusaModel`) |", ""]
     k = facts.speculative_tokens
-    serving = ["## Serving", "", "```bash", f"vllm serve {facts.verifier} --speculative-config "
+    verifier = facts.verifier
+    if facts.lora_rank:
+        verifier = f"{facts.model_ref}/{TUNED_TARGET}"
+        about += [
+            "## Medusa-2: the tuned target verifies", "",
+            f"These heads were trained jointly with LoRA adapters (rank {facts.lora_rank}) on `{facts.verifier}`, "
+            f"whose own next-token distribution was distilled towards the original's. `{TUNED_TARGET}/` holds that "
+            "tuned target with the adapters merged (a plain `transformers` folder); serve it, not the original, "
+            "as the verifier: the output is exactly the tuned target's. How often the tuned target's greedy output "
+            "equals the original's is measured in the results below (drift), when an eval was found.", ""]
+    serving = ["## Serving", "", "```bash", f"vllm serve {verifier} --speculative-config "
                f"'{json.dumps({'method': 'medusa', 'model': facts.model_ref, 'num_speculative_tokens': k})}'", "```", ""]
     tags = ["speculative-decoding", "medusa", "draftsmith", "vllm"]
     return "\n".join([card.front_matter(tags, facts.verifier, card.is_hub_id(facts.verifier), facts.license),

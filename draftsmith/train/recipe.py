@@ -127,12 +127,16 @@ class TrainRecipe:
 
     def _setup_optimizer(self) -> None:
         cfg = self.config.train
-        trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for n, p in trainable if p.ndim >= 2], "weight_decay": cfg.weight_decay},
-            {"params": [p for n, p in trainable if p.ndim < 2], "weight_decay": 0.0},
-        ]
-        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=tuple(cfg.betas))
+        trainable = [(n.removeprefix("drafter."), p) for n, p in self.model.named_parameters() if p.requires_grad]
+        lr_scale = getattr(self.model.drafter, "lr_scale", lambda name: 1.0)  # a kind may give parts their own rate
+        groups: dict[tuple[bool, float], list] = {}
+        for decay in (True, False):  # weight decay on matrices only
+            for name, parameter in trainable:
+                if (parameter.ndim >= 2) == decay:
+                    groups.setdefault((decay, lr_scale(name)), []).append(parameter)
+        optimizer = torch.optim.AdamW(
+            [{"params": params, "lr": cfg.lr * scale, "weight_decay": cfg.weight_decay if decay else 0.0}
+             for (decay, scale), params in groups.items()], lr=cfg.lr, betas=tuple(cfg.betas))
         schedule = warmup_cosine(cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         plugin = self.accelerator.state.deepspeed_plugin
@@ -302,6 +306,9 @@ class TrainRecipe:
             accuracies = step_accuracies(record)
             if accuracies:
                 record["implied_acceptance_length"] = implied_acceptance_length(accuracies)
+            drafter = self.accelerator.unwrap_model(self.model).drafter
+            if hasattr(drafter, "use_held_out"):  # a kind that shapes its drafts from held-out figures (Medusa's tree)
+                drafter.use_held_out(record)
             candidate = self.output_dir / f".candidate-{self.step}"
             self._export_drafter(candidate)
             if self.main:
