@@ -6,7 +6,8 @@ model card (`card.py`):
 - `hf.py`: `hf`, the plain `transformers` folder of a distilled draft LM;
 - `mtp.py`: `speculators`, the speculators `mtp` layout of an MTP drafter (one shared module);
 - `medusa.py`: `medusa`, vLLM's Medusa layout of Medusa heads;
-- `dflash.py`: `dflash`, the DFlash reference layout (`DFlashDraftModel`) of a DFlash drafter.
+- `dflash.py`: `dflash`, the DFlash reference layout (`DFlashDraftModel`) of a DFlash drafter;
+- `native.py`: `draftsmith`, draftsmith's own folder of any kind, with a card (what `draftsmith eval` reads).
 
 Every writer fills a staging folder next to the destination, validates what it wrote by reading it
 back, checks the round trip and writes the card; only then is the folder renamed into place, so a
@@ -31,8 +32,10 @@ WRITERS = {"eagle": "draftsmith.export.eagle3", "draft_lm": "draftsmith.export.h
            "medusa": "draftsmith.export.medusa", "dflash": "draftsmith.export.dflash"}
 """drafter kind (config.json `draftsmith_kind`) -> the module that writes its formats"""
 FORMATS = {"speculators": ("eagle", "mtp"), "sglang": ("eagle",), "hf": ("draft_lm",), "medusa": ("medusa",),
-           "dflash": ("dflash",)}
+           "dflash": ("dflash",), "draftsmith": tuple(WRITERS)}
 """export format -> the drafter kinds it is for (speculators has a layout per kind)"""
+FORMAT_WRITERS = {"draftsmith": "draftsmith.export.native"}
+"""formats written by one module for every kind (the others: the kind's module in WRITERS)"""
 
 
 @dataclass
@@ -81,7 +84,7 @@ def export_with_card(checkpoint: str | Path, fmt: str, out: str | Path, *, force
         raise DraftsmithError(f"'{out}' already exists and is not empty. Choose another --out or pass --force.")
     if out.resolve() == checkpoint.resolve():
         raise DraftsmithError("--out must differ from the checkpoint folder.")
-    writer = importlib.import_module(WRITERS[kind])
+    writer = importlib.import_module(FORMAT_WRITERS.get(fmt) or WRITERS[kind])
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
@@ -102,12 +105,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Write a trained drafter as a vLLM (speculators), SGLang or plain transformers folder with a model card.",
         description="Convert a drafter checkpoint into the folder layout a serving engine loads, validate it "
         "field by field, check the round trip, write a model card with measured results, and optionally push it "
-        "to the Hugging Face Hub. EAGLE-3 drafters export as speculators or sglang; draft LMs as hf.",
+        "to the Hugging Face Hub. EAGLE-3 drafters export as speculators or sglang; draft LMs as hf; MTP as "
+        "speculators (one shared module, Qwen3-family targets); Medusa as medusa; DFlash as dflash; any kind as "
+        "draftsmith.",
     )
     parser.add_argument("checkpoint", help="drafter checkpoint folder written by `draftsmith train`")
     parser.add_argument("--format", required=True, choices=list(FORMATS),
                         help="speculators (vLLM: EAGLE-3, or MTP with one shared module), sglang (SGLang native EAGLE-3), hf (a draft LM as a plain "
-                        "transformers folder: assistant_model, vLLM draft_model), medusa (vLLM's Medusa layout) or dflash (the DFlash reference's DFlashDraftModel)")
+                        "transformers folder: assistant_model, vLLM draft_model), medusa (vLLM's Medusa layout; Medusa-2 adds its "
+                        "tuned target), dflash (the DFlash reference's DFlashDraftModel) or draftsmith (draftsmith's own "
+                        "folder, any kind)")
     parser.add_argument("--out", required=True, help="folder to create (must not exist, or be empty)")
     parser.add_argument("--speculative-tokens", type=int,
                         help="draft length written into the config and the serving commands (default: the draft "

@@ -1,0 +1,78 @@
+"""`draftsmith` exports: any trained drafter as draftsmith's own folder, with a model card.
+
+For kinds no engine loads yet (or a target an engine's layout does not cover), this is the folder to share: the
+checkpoint's files as `draftsmith train` wrote them (config.json, model.safetensors and what the kind keeps
+beside them, such as Medusa's measured tree), which `draftsmith eval --drafter FOLDER` and each kind's
+`load_proposer(folder, target)` read. The validator checks that every file is byte-identical to the checkpoint's
+and that the tensors load, so decoding it gives exactly the checkpoint's τ.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.export import card
+from draftsmith.files import file_sha256
+
+FORMATS = ("draftsmith",)
+SKIPPED = ("README.md",)  # a card from an earlier export is replaced by this one's
+
+
+@dataclass(kw_only=True)
+class NativeCard(card.SharedFacts):
+    """What the card of a draftsmith-folder export states."""
+
+    kind: str
+    files: list[str]
+    parameters: int
+
+
+def validate(folder: Path, checkpoint: Path, files: list[str]) -> None:
+    """Every copied file equals the checkpoint's, config.json names the kind, the tensors load."""
+    changed = [name for name in files if file_sha256(folder / name) != file_sha256(checkpoint / name)]
+    if changed:
+        raise DraftsmithError(f"The draftsmith export in '{folder}' differs from the checkpoint in {', '.join(changed)}.")
+    if not json.loads((folder / "config.json").read_text()).get("draftsmith_kind"):
+        raise DraftsmithError(f"The draftsmith export in '{folder}' has no draftsmith_kind in config.json.")
+    load_file(str(folder / "model.safetensors"))
+
+
+def write(checkpoint: Path, fmt: str, staging: Path, options) -> NativeCard:
+    """Copy the checkpoint's files into `staging`, validate them, add the card."""
+    meta = json.loads((checkpoint / "config.json").read_text())
+    if not (checkpoint / "model.safetensors").is_file():
+        raise DraftsmithError(f"'{checkpoint}' has no model.safetensors: not a complete drafter folder.")
+    files = sorted(p.name for p in checkpoint.iterdir() if p.is_file() and p.name not in SKIPPED)
+    for name in files:
+        shutil.copyfile(checkpoint / name, staging / name)
+    validate(staging, checkpoint, files)
+    kind = meta["draftsmith_kind"]
+    shared, results_path = card.shared_facts(checkpoint, options, kind, f"is a {kind} drafter", meta.get("target_name"))
+    parameters = sum(t.numel() for t in load_file(str(staging / "model.safetensors")).values())
+    return card.finish_card(staging, NativeCard(**shared, kind=kind, files=files, parameters=parameters),
+                            results_path, render_card)
+
+
+def render_card(facts: NativeCard) -> str:
+    """README.md of a draftsmith folder: what it is, how to load it, the training run and measured results."""
+    about = [
+        f"# {facts.kind} drafter for {facts.verifier}", "",
+        f"A `{facts.kind}` drafter trained with draftsmith for `{facts.verifier}`, in draftsmith's own folder format. "
+        "The target verifies every drafted token, so the output is exactly the target's own; only the speed changes.",
+        "", "| | |", "|---|---|", f"| kind | `{facts.kind}` |", f"| stored parameters | {facts.parameters:,} |",
+        f"| files | {', '.join(f'`{name}`' for name in facts.files)} |", ""]
+    usage = ["## Using it", "", "```bash",
+             f"draftsmith eval --target {facts.verifier} --drafter {facts.model_ref} --out eval/", "```", "",
+             "In Python: `draftsmith.drafters.kind_module(\"" + facts.kind + "\").load_proposer(folder, target)` gives "
+             "the proposer the built-in speculative decoder drafts with.", ""]
+    tags = ["speculative-decoding", facts.kind, "draftsmith"]
+    return "\n".join([card.front_matter(tags, facts.verifier, card.is_hub_id(facts.verifier), facts.license),
+                      "\n".join(about), card.training_section(facts.training),
+                      card.results_section(facts.results, facts.results_source, facts.plots),
+                      card.verifier_section(facts.training, facts.verifier), "\n".join(usage)])
