@@ -71,17 +71,21 @@ def decode_interleaved(methods: dict, prompts) -> dict[str, list]:
     return runs
 
 
-def method_rows(runs: dict, plain: str, baseline: str) -> dict[str, dict]:
+def method_rows(runs: dict, plain: str, baseline: str, references: dict[str, str] | None = None) -> dict[str, dict]:
     """Per method: tokens/s, speedups against `plain` and `baseline` (both methods of `runs`), identical outputs,
     and for speculative methods τ, per-position acceptance, the draft-time fraction and the drafter's seconds per
-    drafted token over the target's seconds per token in `plain` (both measured in this run)."""
+    drafted token over the target's seconds per token in `plain` (both measured in this run).
+
+    `references`: method -> the plain method whose outputs it must equal, where that is not `plain` (a drafter
+    verified by its own tuned target, Medusa-2, must equal that target's plain outputs)."""
     tps = {name: metrics.timing(gens)["tokens_per_s"] for name, gens in runs.items()}
     target_s_per_token = 1 / tps[plain]
     rows = {}
     for name, gens in runs.items():
+        reference = runs[(references or {}).get(name, plain)]
         row = {"tokens_per_s": tps[name], f"speedup_vs_{plain}": tps[name] / tps[plain],
                f"speedup_vs_{baseline}": tps[name] / tps[baseline],
-               "identical_to_plain": sum(g.tokens == p.tokens for g, p in zip(gens, runs[plain]))}
+               "identical_to_plain": sum(g.tokens == p.tokens for g, p in zip(gens, reference))}
         if any(g.cycles for g in gens):
             acceptance = metrics.acceptance(gens)
             row.update(acceptance_length=acceptance["acceptance_length"],

@@ -9,8 +9,9 @@ short probe measures its training tokens/s, it trains for about --minutes of wal
 seconds per step), and its held-out accuracy per step or head is read from its last validation.
 Then the same HumanEval prompts are decoded at T=0, interleaved prompt by prompt, with our plain loop,
 transformers generate(), our prompt lookup, every family as a chain (--draft-length) and as an EAGLE-2
-tree (--tree), and a draft LM also in generate(assistant_model=...). Printed per method: tokens/s, τ,
-per-position acceptance, draft-time fraction, the drafter's cost per drafted token over the target's per
+tree (--tree), and a draft LM also in generate(assistant_model=...). Medusa-2 heads are verified by their
+tuned target, whose plain loop runs too: their outputs must equal it, and how often it equals the original
+target's is printed. Printed per method: tokens/s, τ, per-position acceptance, draft-time fraction, the drafter's cost per drafted token over the target's per
 token, speedup vs our plain loop and vs generate(), outputs identical to plain; per family: training
 tokens/s against target-forward-only tokens/s, held-out accuracy, trainable parameters, and for a draft
 LM its parameters, one cached step against the target's and its lm_head's share of that step; and the
@@ -128,8 +129,10 @@ methods = {
     "prompt lookup": lambda ids: speculative_generate(target, lookup, ids, DraftShape(args.lookup_length), GREEDY,
                                                       args.max_new_tokens, eos),
 }
+references = {}  # method -> the plain method its outputs must equal (Medusa-2: its tuned target's)
 for family, info in families.items():
     proposer = kind_module(info["kind"]).load_proposer(info["folder"], target)
+    verifier = getattr(proposer, "verifier", None) or target  # Medusa-2 heads are verified by their tuned target
     assistant = assisted_model(proposer, chain)
     if assistant is not None:  # a draft model: its own cost per token against the target's, and its head's share
         info["step_costs"] = {"draft": step_costs(assistant), "target": step_costs(target.model)}
@@ -141,16 +144,24 @@ for family, info in families.items():
     shapes = [(f"chain ({args.draft_length})", chain)]
     if getattr(proposer, "drafts_trees", True):  # DFlash drafts one block per pass, never a tree
         shapes.append((f"tree ({args.tree})", tree))
+    if verifier is not target:  # (install_on_proposer gave the verifier the small-batch layers too)
+        tuned_plain = f"{family} tuned target, plain"
+        methods[tuned_plain] = lambda ids, v=verifier: plain_generate(v, ids, GREEDY, args.max_new_tokens, eos)
+        references.update({f"{family} {label}": tuned_plain for label, _ in shapes})
     for label, shape in shapes:
-        methods[f"{family} {label}"] = (lambda ids, p=proposer, s=shape: speculative_generate(
-            target, p, ids, s, GREEDY, args.max_new_tokens, eos))
+        methods[f"{family} {label}"] = (lambda ids, p=proposer, s=shape, v=verifier: speculative_generate(
+            v, p, ids, s, GREEDY, args.max_new_tokens, eos))
     if assistant is not None:
         methods[f"{family} in generate(assistant_model)"] = (lambda ids, a=assistant: hf_generate(
             target, ids, GREEDY, args.max_new_tokens, eos, assistant_model=a))
 runs = decode_interleaved(methods, prompts)
 
 # ----------------------------------------------------------------------------- report
-results = method_rows(runs, "plain", "generate")
+results = method_rows(runs, "plain", "generate", references)
+for name, reference in references.items():
+    results[name]["identical_to"] = reference
+for name in set(references.values()):  # how far each tuned target drifted from the original
+    results[name]["identical_to_original"] = sum(a.tokens == b.tokens for a, b in zip(runs[name], runs["plain"]))
 peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 summary = {"prepare_minutes": prepare_minutes, "minutes_per_family": args.minutes, "families": families,
            "methods": results, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "peak_rss_gib": peak_gib,
@@ -177,4 +188,8 @@ for name, row in results.items():
     print(f"{name:<36} {row['tokens_per_s']:7.2f} {tau:>5} {row['speedup_vs_plain']:8.2f}x {row['speedup_vs_generate']:8.2f}x "
           f"{frac:>6} {per_token:>6} {row['identical_to_plain']:>4}/{len(prompts)}  {alphas}")
 print("d/tok: the drafter's seconds per drafted token over the target's seconds per token in our plain loop")
+for name in set(references.values()):
+    print(f"{name}: the reference of {', '.join(m for m, r in references.items() if r == name)} (their 'identical' "
+          f"counts); identical to the original target's plain output on {results[name]['identical_to_original']}/"
+          f"{len(prompts)} prompts")
 print(f"wrote {out / 'bench.json'}")
