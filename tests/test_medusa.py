@@ -110,8 +110,6 @@ def test_bad_options_name_the_key(tiny_qwen3):
         build(medusa.Config, {"num_heads": 0}, prefix="drafter.")
     with pytest.raises(DraftsmithError, match="drafter.top_k"):
         build(medusa.Config, {"top_k": 0}, prefix="drafter.")
-    with pytest.raises(DraftsmithError, match="data.draft_vocab: null"):
-        medusa.create(medusa.Config(), tiny_qwen3, draft_vocab=object())
 
 
 def test_trees_hold_each_heads_top_choices_and_decode_losslessly(tiny_qwen3):
@@ -359,3 +357,104 @@ def test_the_draftsmith_format_copies_the_folder_exactly_and_decodes_the_same(ti
         from draftsmith.export import native
 
         native.validate(out, tmp_path / "best", ["config.json", "model.safetensors"])
+
+
+# --------------------------------------------------------------------------- a draft vocabulary
+def draft_vocab(size=64, vocab=320, seed=0):
+    from draftsmith.data.vocab import DraftVocab
+
+    ids = torch.randperm(vocab, generator=torch.Generator().manual_seed(seed))[:size].sort().values
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[ids] = True
+    return DraftVocab(ids - torch.arange(size), t2d, 1.0)
+
+
+def test_heads_over_a_draft_vocabulary_train_on_the_renormalised_target_and_draft_only_its_tokens(tiny_qwen3):
+    target = frozen(tiny_qwen3)
+    vocab = draft_vocab()
+    ids = vocab.target_ids()
+    drafter = medusa.create(medusa.Config(num_heads=2), target, vocab)
+    assert drafter.lm_heads[0].weight.shape == (64, 64)
+    assert torch.equal(drafter.lm_heads[1].weight, target.model.lm_head.weight[ids])  # init: the target's rows
+    with torch.no_grad():
+        for parameter in drafter.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(1)) * 0.05)
+    batch = batch_for(target)
+    value, metrics = drafter.loss(batch, target.head)
+    with torch.no_grad():
+        out = target.model(batch["input_ids"], output_hidden_states=True)
+        normed, logits = out.hidden_states[-1], out.logits.float()
+        p = torch.softmax(logits[..., ids], -1)  # the target's distribution renormalised over the draft rows
+        total = 0.0
+        for i in range(2):
+            n = 16 - 2 - i
+            log_q = torch.log_softmax(by_hand(drafter, i, normed), -1)
+            total = total + 0.8**i * -(p[:, 1 + i : 1 + i + n] * log_q[:, :n]).sum(-1)[:, 2 - i :].mean()
+            hits = (ids[log_q[:, :n].argmax(-1)] == logits[:, 1 + i : 1 + i + n].argmax(-1))[:, 2 - i :]  # full argmax
+            assert metrics[f"acc_{i}"] == pytest.approx(float(hits.float().mean()))
+    torch.testing.assert_close(value, total, rtol=1e-4, atol=1e-5)
+    tokens = torch.tensor([[257, 5, 6, 7, 8, 9]])
+    features = target.forward(tokens[:, :-1], layers=[target.num_layers - 1], logits=False).features
+    proposer = drafter.proposer(target)
+    chain = proposer.propose(DecodeState(tokens, features), DraftShape(length=2), Sampling())
+    sampled = proposer.propose(DecodeState(tokens, features), DraftShape(length=2), Sampling(temperature=1.0))
+    tree = proposer.propose(DecodeState(tokens, features), DraftShape(tree=(2, 3, 5)), Sampling())
+    for draft in (chain, sampled, tree):
+        assert bool(vocab.t2d[draft.tokens].all())  # never a token outside the draft vocabulary
+    assert float(sampled.probs[:, ~vocab.t2d].sum()) == 0.0
+    plain = plain_generate(target, tokens, Sampling(), 24, eos=set()).tokens
+    for shape in (DraftShape(length=2), DraftShape(tree=(2, 3, 5))):
+        assert speculative_generate(target, proposer, tokens, shape, Sampling(), 24, eos=set()).tokens == plain
+
+
+def test_a_draft_vocabulary_exports_as_vllms_truncated_vocab_and_token_map(tiny_qwen3, tmp_path):
+    import json
+
+    from safetensors.torch import load_file
+
+    from draftsmith.export import export, medusa as medusa_export
+
+    target = frozen(tiny_qwen3)
+    vocab = draft_vocab()
+    drafter = medusa.create(medusa.Config(num_heads=2), target, vocab)
+    drafter.save_pretrained(tmp_path / "best")
+    loaded = medusa.Drafter.from_pretrained(tmp_path / "best", target)
+    assert torch.equal(loaded.token_map, vocab.target_ids())
+    out = export(tmp_path / "best", "medusa", tmp_path / "out", verifier="Qwen/Qwen3-0.6B")
+    config = json.loads((out / "config.json").read_text())
+    assert (config["vocab_size"], config["truncated_vocab_size"]) == (320, 64)
+    tensors = load_file(str(out / "model.safetensors"))
+    assert torch.equal(tensors["token_map"], vocab.target_ids()) and tensors["lm_heads.1.weight"].shape == (64, 64)
+    del tensors["token_map"]
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(out / "model.safetensors"))
+    with pytest.raises(DraftsmithError, match="token_map: missing"):
+        medusa_export.validate(out)
+
+
+def test_the_trainer_gives_medusa2_heads_their_own_learning_rate(tiny_qwen3, tmp_path):
+    from accelerate.state import AcceleratorState, GradientState
+
+    from draftsmith.config import load
+    from draftsmith.train.config import TrainConfig
+    from draftsmith.train.recipe import TrainRecipe
+    from test_train import memory_data, recipe_dict, write_recipe
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    target = frozen(tiny_qwen3)
+    config_dict = recipe_dict({"target": "unused", "prepared": None}, max_steps=1, warmup_steps=0, lr=1e-3)
+    config_dict.update(drafter={"kind": "medusa", "num_heads": 2, "lora_rank": 2, "head_lr_scale": 5.0},
+                       output_dir=str(tmp_path / "run"), data={"features": "in-memory", "batch_size": 2, "max_length": 48})
+    recipe = TrainRecipe(load(TrainConfig, write_recipe(tmp_path / "recipe.yaml", config_dict)),
+                         data=memory_data(target, [target.num_layers - 1]), target=target)
+    recipe.setup()
+    drafter = recipe.accelerator.unwrap_model(recipe.model).drafter
+    group_of = {id(p): g for g in recipe.optimizer.param_groups for p in g["params"]}
+    for name, parameter in drafter.named_parameters():
+        if parameter.requires_grad:
+            assert group_of[id(parameter)]["lr"] == pytest.approx(1e-3 * (1.0 if name.startswith("tuned.") else 5.0)), name
+    recipe.cleanup()
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()

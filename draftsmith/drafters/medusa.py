@@ -1,7 +1,8 @@
 """Medusa heads (DESIGN §3 "Medusa"): extra decoding heads on the target's last hidden state.
 
 Head i = n ResBlocks (x + SiLU(W x + b), W zero-initialised, so a fresh head starts as its projection) then
-Linear(H -> V); it reads the target's last hidden state after the final norm (what the target's lm_head
+Linear(H -> V), or Linear(H -> N) over a draft vocabulary of N tokens (`token_map`: the target id of each row,
+as vLLM's Medusa loads it; tokens outside it are never drafted); it reads the target's last hidden state after the final norm (what the target's lm_head
 reads) at index t and predicts x_{t+2+i}. Loss sum_i 0.8^i CE_i against the target's own distribution at
 t+1+i (soft labels, as EAGLE-3 trains). Weights use vLLM's Medusa names (`blocks.{h}.layers.{l}`,
 `lm_heads.{h}`).
@@ -104,14 +105,20 @@ class ResBlock(nn.Module):
 class Drafter(nn.Module):
     """Medusa heads (plus, for Medusa-2, the LoRA-tuned target copy); `forward(batch, target_head)` is the loss."""
 
-    def __init__(self, config: Config, hidden_size: int, vocab_size: int, num_target_layers: int, base_model=None):
+    def __init__(self, config: Config, hidden_size: int, vocab_size: int, num_target_layers: int, base_model=None,
+                 draft_vocab_size: int | None = None):
         super().__init__()
         self.config, self.sizes = config, {"hidden_size": hidden_size, "vocab_size": vocab_size,
-                                           "num_target_layers": num_target_layers}
+                                           "num_target_layers": num_target_layers, "draft_vocab_size": draft_vocab_size}
+        rows = draft_vocab_size or vocab_size
         self.blocks = nn.ModuleList([nn.Module() for _ in range(config.num_heads)])
         for block in self.blocks:
             block.layers = nn.ModuleList([ResBlock(hidden_size) for _ in range(config.num_layers)])
-        self.lm_heads = nn.ModuleList([nn.Linear(hidden_size, vocab_size, bias=False) for _ in range(config.num_heads)])
+        self.lm_heads = nn.ModuleList([nn.Linear(hidden_size, rows, bias=False) for _ in range(config.num_heads)])
+        if draft_vocab_size:  # target id of each head row (vLLM's Medusa `token_map`)
+            self.register_buffer("token_map", torch.arange(draft_vocab_size))
+        else:
+            self.token_map = None
         # held-out P(head i's rank-r choice is the target's token), set by `use_held_out`; zeros = not measured
         self.register_buffer("rank_accuracy", torch.zeros(config.num_heads, config.top_k))
         self.tuned = tuned_copy(base_model, config) if config.lora_rank else None  # Medusa-2's trained target
@@ -138,13 +145,26 @@ class Drafter(nn.Module):
         return self
 
     def head(self, i: int, last_features: torch.Tensor) -> torch.Tensor:
-        """Head i's logits [..., V] from the target's last-layer output (its frozen final norm applied here)."""
+        """Head i's logits over the target's vocabulary [..., V] (-inf outside a draft vocabulary) from the target's
+        last-layer output (its frozen final norm applied here)."""
+        return self.to_target_vocab(self.head_rows(i, last_features))
+
+    def head_rows(self, i: int, last_features: torch.Tensor) -> torch.Tensor:
+        """Head i's logits over its own rows [..., N] (the draft vocabulary, or the whole one)."""
         if self.target is None:
             raise DraftsmithError("These Medusa heads are not attached to a target: call drafter.attach(target) first.")
         return self.head_on_normed(i, self.target.final_norm(last_features.to(self.target.dtype)))
 
+    def to_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Row logits [..., N] as logits over the target's vocabulary [..., V], -inf where no row drafts."""
+        if self.token_map is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.sizes["vocab_size"]), float("-inf"))
+        full[..., self.token_map] = logits
+        return full
+
     def head_on_normed(self, i: int, normed: torch.Tensor) -> torch.Tensor:
-        """Head i's logits from a hidden state already through the final norm (what the lm_head reads)."""
+        """Head i's row logits from a hidden state already through the final norm (what the lm_head reads)."""
         weight = self.lm_heads[i].weight
         x = normed.to(weight.device, weight.dtype)
         for layer in self.blocks[i].layers:
@@ -168,20 +188,31 @@ class Drafter(nn.Module):
             rows = counted.nonzero(as_tuple=True)
             if rows[0].numel() == 0:
                 continue
-            logits = self.head(i, last[rows]) if normed is None else self.head_on_normed(i, normed[rows])
+            logits = self.head_rows(i, last[rows]) if normed is None else self.head_on_normed(i, normed[rows])
             log_q = torch.log_softmax(logits, -1)
-            with torch.no_grad():
-                p = torch.softmax(target_head(last[rows[0], rows[1] + 1 + i]).float(), -1)
+            p, best = self.labels(target_head, last[rows[0], rows[1] + 1 + i])
             head_loss = -(p * log_q).sum(-1).mean()
             total = total + self.config.step_weight**i * head_loss
-            best = p.argmax(-1, keepdim=True)
-            hits = (log_q.topk(min(k, log_q.shape[-1]), -1).indices == best).float().mean(0)  # [k] rank-r hit rates
+            ranked = log_q.topk(min(k, log_q.shape[-1]), -1).indices
+            if self.token_map is not None:
+                ranked = self.token_map[ranked]
+            hits = (ranked == best[:, None]).float().mean(0)  # [k] rank-r hit rates
             metrics[f"loss_{i}"] = float(head_loss.detach())
             metrics[f"acc_{i}"] = float(hits[0])
             metrics[f"top{k}_{i}"] = float(hits.sum())
             metrics.update({f"hit_{i}_{r}": float(hit) for r, hit in enumerate(hits)})
         metrics["loss"] = float(total.detach())
         return total, metrics
+
+    @torch.no_grad()
+    def labels(self, target_head, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the target's distribution over the head's rows [n, N], its argmax over the whole vocabulary [n]); over
+        a draft vocabulary the distribution is the target's renormalised over those rows (as EAGLE-3 trains)."""
+        if self.token_map is None:
+            p = torch.softmax(target_head(last).float(), -1)
+            return p, p.argmax(-1)
+        logits, argmax = target_head.draft_targets(last, self.token_map)
+        return torch.softmax(logits.float(), -1), argmax
 
     def tuned_states(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Medusa-2: the tuned target's final-normed last hidden states and logits over the batch."""
@@ -247,7 +278,7 @@ class Drafter(nn.Module):
             raise DraftsmithError(f"'{folder}' holds Medusa-2 heads: loading them needs their target (the LoRA "
                                   "adapters sit on a copy of it).")
         drafter = cls(config, meta["hidden_size"], meta["vocab_size"], meta["num_target_layers"],
-                      target.model if config.lora_rank else None)
+                      target.model if config.lora_rank else None, meta.get("draft_vocab_size"))
         tensors.setdefault("rank_accuracy", drafter.rank_accuracy)  # folders written before the static tree
         missing, unexpected = drafter.load_state_dict(tensors, strict=False)
         missing = [name for name in missing if not name.startswith("tuned.") or "lora_" in name]
@@ -317,17 +348,19 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
     gets its adapter-wrapped copy of the target (peft starts the adapters at zero: the copy equals the target)."""
     config = dataclasses.replace(config)
     config.validate()
-    if draft_vocab is not None:
-        raise DraftsmithError("These Medusa heads predict over the target's whole vocabulary (vLLM's Medusa layout "
-                              "has no draft vocabulary); set data.draft_vocab: null for kind medusa.")
+    token_map = None if draft_vocab is None else draft_vocab.target_ids().long()
     drafter = Drafter(config, target.hidden_size, target.vocab_size, target.num_layers,
-                      target.model if config.lora_rank else None).to(target.device)
+                      target.model if config.lora_rank else None,
+                      None if token_map is None else token_map.numel()).to(target.device)
     drafter.target_info = target_info(target)
     drafter.attach(target)
-    if config.init_from_target:
-        with torch.no_grad():
+    with torch.no_grad():
+        if token_map is not None:
+            drafter.token_map.copy_(token_map)
+        if config.init_from_target:
+            weight = target.model.get_output_embeddings().weight.float()
             for head in drafter.lm_heads:
-                head.weight.copy_(target.model.get_output_embeddings().weight.float())
+                head.weight.copy_(weight if token_map is None else weight[token_map.to(weight.device)])
     return drafter
 
 
@@ -369,12 +402,14 @@ class MedusaProposer:
         if shape.tree is not None:
             return self.tree(feature, *shape.tree)
         tokens, probs = [], []
+        token_map = self.drafter.token_map
         for i in range(min(shape.length, self.drafter.config.num_heads)):
-            logits = self.drafter.head(i, feature)
+            logits = self.drafter.head_rows(i, feature)
             if sampling.greedy:
-                tokens.append(logits.argmax(-1).cpu())
+                best = logits.argmax(-1)
+                tokens.append((best if token_map is None else token_map[best]).cpu())
                 continue
-            q = target_probs(logits[None], sampling)[0]
+            q = target_probs(self.drafter.to_target_vocab(logits)[None], sampling)[0]
             tokens.append(torch.multinomial(q, 1, generator=self.generator)[0].cpu())
             probs.append(q.cpu())
         drafted = torch.stack(tokens) if tokens else state.tokens[0, :0]

@@ -48,7 +48,7 @@ def vllm_config(meta: dict) -> dict:
     """config.json of vLLM's Medusa layout for a draftsmith Medusa folder's config.json."""
     options = meta["config"]
     return {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": meta["hidden_size"],
-            "vocab_size": meta["vocab_size"], "truncated_vocab_size": meta["vocab_size"],
+            "vocab_size": meta["vocab_size"], "truncated_vocab_size": meta.get("draft_vocab_size") or meta["vocab_size"],
             "num_heads": options["num_heads"], "num_hidden_layers": options["num_layers"], "medusa_fc_bias": True}
 
 
@@ -74,8 +74,10 @@ def validate(folder: Path) -> None:
     problems = [f"config.json lacks {key}" for key in sorted(CONFIG_KEYS - set(config))]
     problems += [f"config.json has unknown key {key} (engines drop it silently)" for key in sorted(set(config) - CONFIG_KEYS)]
     if not problems:
-        H, V = config["hidden_size"], config["vocab_size"]
-        expected = {f"lm_heads.{h}.weight": (V, H) for h in range(config["num_heads"])}
+        H, V, N = config["hidden_size"], config["vocab_size"], config["truncated_vocab_size"]
+        expected = {f"lm_heads.{h}.weight": (N, H) for h in range(config["num_heads"])}
+        if N < V:  # vLLM maps head rows to token ids through `token_map`; without it, it refuses to load
+            expected["token_map"] = (N,)
         for h in range(config["num_heads"]):
             for layer in range(config["num_hidden_layers"]):
                 expected[f"blocks.{h}.layers.{layer}.weight"] = (H, H)
@@ -93,7 +95,7 @@ def validate(folder: Path) -> None:
 def head_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
     """The heads' own tensors of a draftsmith Medusa folder (not its rank accuracies or Medusa-2 adapters)."""
     return {name: t for name, t in load_file(str(checkpoint / "model.safetensors")).items()
-            if name.startswith(("blocks.", "lm_heads."))}
+            if name.startswith(("blocks.", "lm_heads.")) or name == "token_map"}
 
 
 def write_tuned_target(checkpoint: Path, meta: dict, folder: Path) -> None:
@@ -135,7 +137,7 @@ def write(checkpoint: Path, fmt: str, staging: Path, options) -> MedusaCard:
         write_tuned_target(checkpoint, meta, staging / TUNED_TARGET)
     shared, results_path = card.shared_facts(checkpoint, options, "medusa", "is Medusa heads", meta.get("target_name"))
     facts = MedusaCard(**shared, num_heads=meta["config"]["num_heads"], num_layers=meta["config"]["num_layers"],
-                       parameters=sum(t.numel() for t in tensors.values()), lora_rank=lora_rank,
+                       parameters=sum(t.numel() for n, t in tensors.items() if n != "token_map"), lora_rank=lora_rank,
                        speculative_tokens=options.speculative_tokens or meta["config"]["num_heads"])
     return card.finish_card(staging, facts, results_path, render_card)
 
