@@ -80,6 +80,26 @@ def test_sigkill_then_resume_continues_exactly(assets, tmp_path):
     assert len(losses(straight)) == 10
 
 
+def test_medusa2_resumes_exactly_with_its_adapters_and_two_learning_rates(assets, tmp_path):
+    """A crash after checkpoint-2 (its later files removed) resumes into the straight run's losses, bit for bit:
+    the tuned copy's adapters, the heads and the optimizer's two rate groups all come back."""
+    import json
+
+    config = recipe_dict(assets, max_steps=4, checkpoint_every=2, eval_every=2)
+    config["drafter"] = {"kind": "medusa", "num_heads": 2, "lora_rank": 2, "head_lr_scale": 4.0}
+    recipe = write_recipe(tmp_path / "recipe.yaml", config)
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    run(recipe, [f"output_dir={straight}"])
+    shutil.copytree(straight, crashed)
+    shutil.rmtree(crashed / "checkpoint-4")
+    (crashed / "latest").write_text("checkpoint-2\n")
+    done = run(recipe, [f"output_dir={crashed}", "resume=true"])
+    assert "(step 2)" in done.stdout
+    assert losses(crashed) == losses(straight) and len(losses(straight)) == 4
+    tree = json.loads((crashed / "best" / "medusa_tree.json").read_text())
+    assert len(tree["paths"]) == 5 + 5 * 5 and tree["expected_acceptance_length"] >= 1.0  # the budget (64) holds all
+
+
 def test_one_process_two_accumulation_steps_equals_two_processes_ddp(assets, tmp_path):
     recipe = write_recipe(tmp_path / "recipe.yaml", recipe_dict(assets, "eagle3", max_steps=4, checkpoint_every=0))
     run(recipe, [f"output_dir={tmp_path / 'accum'}", "train.grad_accum=2"])
