@@ -13,16 +13,19 @@ from pathlib import Path
 import torch
 
 
-def speculators_eagle3_logits(folder: str | Path, target, input_ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
+def speculators_eagle3_logits(folder: str | Path, target, input_ids: torch.Tensor, steps: int,
+                              share_embedding: bool = True) -> list[torch.Tensor]:
     """Draft logits [S-1, draft_vocab] of every TTT step of the speculators model loaded from `folder`,
-    on the features of `target` at the layers the export's config names (teacher forced)."""
+    on the features of `target` at the layers the export's config names (teacher forced). `share_embedding`:
+    give the model the target's embedding, as engines do (False: only what the folder holds)."""
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
 
     config = Eagle3SpeculatorConfig.from_pretrained(str(folder))
     config.transformer_layer_config._attn_implementation = "eager"  # flex attention needs a GPU compiler
     model = Eagle3DraftModel.from_pretrained(str(folder), config=config).eval()
-    with torch.no_grad():  # the library's known quirk: no embedding in the file, so it would stay at zero
-        model.embed_tokens.weight.copy_(target.model.get_input_embeddings().weight)
+    with torch.no_grad():
+        if share_embedding:  # the library's known quirk: no embedding in the file, so it would stay at zero
+            model.embed_tokens.weight.copy_(target.model.get_input_embeddings().weight)
         hidden = target.model(input_ids, output_hidden_states=True).hidden_states
     aux = torch.cat([hidden[i] for i in model.config.eagle_aux_hidden_state_layer_ids], dim=-1)
     logits: list[torch.Tensor] = []

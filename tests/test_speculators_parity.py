@@ -72,3 +72,21 @@ def test_a_flipped_norm_before_residual_fails_the_harness(exported, tmp_path):
     rewrite_config(out, tmp_path / "flip", lambda c: c.update(norm_before_residual=True))
     results = parity(target, drafter, tmp_path / "flip", sequences)
     assert max(r["max_abs_difference"] for r in results) > 1e-2
+
+
+def test_include_embedding_makes_the_folder_whole_for_the_library_alone(exported, tmp_path):
+    """The library leaves a missing embedding at zero: without the target's copy its logits are wrong; with
+    `--include-embedding` the folder alone gives ours, and still validates and round-trips."""
+    target, drafter, out, sequences = exported
+    alone = [compare(ours_eagle3_logits(drafter, target, ids[None], STEPS),
+                     speculators_eagle3_logits(out, target, ids[None], STEPS, share_embedding=False)) for ids in sequences]
+    assert max(r["max_abs_difference"] for r in alone) > 1e-2
+    whole = ex.export(out.parent / "best", "speculators", tmp_path / "whole", verifier=target.name, include_embedding=True)
+    results = [compare(ours_eagle3_logits(drafter, target, ids[None], STEPS),
+                       speculators_eagle3_logits(whole, target, ids[None], STEPS, share_embedding=False))
+               for ids in sequences]
+    assert all(r["argmax_agreement"] == 1.0 and r["max_abs_difference"] < 1e-3 for r in results), results
+    assert "`embed_tokens.weight` is the target's own input embedding" in (whole / "README.md").read_text()
+    assert "--include-embedding" in (out / "README.md").read_text()
+    with pytest.raises(ex.DraftsmithError, match="--include-embedding is for --format speculators"):
+        ex.export(out.parent / "best", "sglang", tmp_path / "sg", verifier=target.name, include_embedding=True)

@@ -48,6 +48,7 @@ class Options:
     repo_id: str | None = None
     verifier: str | None = None
     license: str | None = None
+    include_embedding: bool = False
 
 
 def checkpoint_kind(checkpoint: Path) -> str:
@@ -124,6 +125,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--verifier", help="hub id of the target to write into the config and card (default: the "
                         "target the drafter was trained on)")
     parser.add_argument("--license", help="license for the card metadata (default: the target's, when known)")
+    parser.add_argument("--include-embedding", action="store_true",
+                        help="speculators EAGLE-3: also store the target's input embedding as embed_tokens.weight "
+                        "(loads the target). Engines share the target's embedding without it, but the speculators "
+                        "library then leaves its own at zero: use this to fine-tune the export with speculators")
     parser.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
     parser.add_argument("--push-to-hub", metavar="REPO_ID", help="upload the folder to this Hub model repo")
     parser.add_argument("--private", action="store_true", help="create the Hub repo as private")
@@ -139,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         raise DraftsmithError("--speculative-tokens must be at least 1.")
     out, facts = export_with_card(args.checkpoint, args.format, args.out, speculative_tokens=args.speculative_tokens,
                                   eval_results=args.eval_results, repo_id=args.push_to_hub, verifier=args.verifier,
-                                  license=args.license, force=args.force)
+                                  license=args.license, include_embedding=args.include_embedding, force=args.force)
     print(f"Exported {args.format} folder: {out} (validated; converts back to the checkpoint exactly)")
     if facts.results is None:
         print("No draftsmith eval results of this drafter found: the model card says so and reports no numbers.")

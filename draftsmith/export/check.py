@@ -265,12 +265,15 @@ def _expected_shapes(fmt: str, config: dict, layer: dict) -> dict[str, tuple[int
 def _check_tensors(fmt: str, config: dict, layer: dict, tensors: dict, expected: Expected,
                    problems: Problems) -> None:
     shapes = _expected_shapes(fmt, config, layer)
-    # embed_tokens is never written: both engines then share the target's embedding, as our drafter does.
-    _check_unknown(tensors, set(shapes), "model.safetensors", problems)
+    # embed_tokens: without it both engines share the target's embedding, as our drafter does; a speculators folder
+    # may hold the target's own copy (`--include-embedding`, for the library, which zeroes a missing one).
+    optional = {"embed_tokens.weight": (int(layer.get("vocab_size") or 0), int(layer.get("hidden_size") or 0))} \
+        if fmt == "speculators" else {}
+    _check_unknown(tensors, set(shapes) | set(optional), "model.safetensors", problems)
     for name in shapes:
         problems.need(name in tensors, f"model.safetensors has no '{name}'")
     for name, tensor in tensors.items():
-        want = shapes.get(name)
+        want = shapes.get(name) or optional.get(name)
         if want is None:
             continue
         problems.need(tuple(tensor.shape) == want, f"{name} has shape {list(tensor.shape)}, expected {list(want)}")

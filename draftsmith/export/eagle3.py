@@ -231,13 +231,15 @@ def sglang_tensors(ckpt: Eagle3Checkpoint) -> dict[str, torch.Tensor]:
 WRITERS = {"speculators": (speculators_config, speculators_tensors), "sglang": (sglang_config, sglang_tensors)}
 
 
-def write_format(ckpt: Eagle3Checkpoint, fmt: str, folder: Path, speculative_tokens: int = 3) -> None:
-    """Write config.json + model.safetensors of `fmt` into an existing folder."""
+def write_format(ckpt: Eagle3Checkpoint, fmt: str, folder: Path, speculative_tokens: int = 3,
+                 extra: dict[str, torch.Tensor] | None = None) -> None:
+    """Write config.json + model.safetensors of `fmt` into an existing folder (`extra`: tensors added as they are,
+    such as the target's embedding)."""
     from safetensors.torch import save_file
 
     make_config, make_tensors = WRITERS[fmt]
     config = make_config(ckpt, speculative_tokens)
-    tensors = {name: t.detach().contiguous().cpu() for name, t in make_tensors(ckpt).items()}
+    tensors = {name: t.detach().contiguous().cpu() for name, t in {**make_tensors(ckpt), **(extra or {})}.items()}
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "model.safetensors").chmod(0o644)  # an export is meant to be shared
@@ -310,10 +312,15 @@ def is_export(folder: str | Path) -> bool:
 
 
 # --------------------------------------------------------------------------- export
-def check_round_trip(ckpt: Eagle3Checkpoint, folder: Path) -> None:
-    """Convert the export back from engine-visible fields only; it must equal the checkpoint exactly."""
+def check_round_trip(ckpt: Eagle3Checkpoint, folder: Path, embedding: torch.Tensor | None = None) -> None:
+    """Convert the export back from engine-visible fields only; it must equal the checkpoint exactly (and hold
+    `embedding` as embed_tokens.weight when one was included, nothing otherwise)."""
     _, meta, tensors = to_checkpoint(folder)
     problems = Problems()
+    stored = tensors.pop("embed_tokens.weight", None)
+    problems.need((stored is None) == (embedding is None) and (embedding is None or torch.equal(stored, embedding)),
+                  "embed_tokens.weight is not the target's embedding" if embedding is not None else
+                  "embed_tokens.weight was written without --include-embedding")
     for key in ("variant", "layers", "norm_before_residual"):
         problems.need(meta["config"][key] == ckpt.options.get(key, False),
                       f"config.{key} reads back as {meta['config'][key]!r}, the checkpoint has {ckpt.options.get(key)!r}")
@@ -341,9 +348,12 @@ def write(checkpoint: str | Path, fmt: str, staging: Path, options) -> CardFacts
     speculative_tokens = options.speculative_tokens or _measured_draft_length(results) or 3
     facts = card_facts(ckpt, fmt, options.repo_id or str(options.out), speculative_tokens, options.license)
     facts.results, facts.results_source = results, str(results_path) if results_path else None
-    write_format(ckpt, fmt, staging, speculative_tokens)
+    embedding = target_embedding(ckpt, fmt) if options.include_embedding else None
+    facts.embedding_included = embedding is not None
+    write_format(ckpt, fmt, staging, speculative_tokens,
+                 None if embedding is None else {"embed_tokens.weight": embedding})
     validate_export(staging, fmt, expected)
-    check_round_trip(ckpt, staging)
+    check_round_trip(ckpt, staging, embedding)
     plots = card.acceptance_plots(results_path, results, staging)
     facts.plots = [plot.name for plot in plots]
     card.write_card(staging, render_card(facts), plots)
@@ -352,6 +362,21 @@ def write(checkpoint: str | Path, fmt: str, staging: Path, options) -> CardFacts
     if problems:
         raise_problems(staging, problems)
     return facts
+
+
+def target_embedding(ckpt: Eagle3Checkpoint, fmt: str) -> torch.Tensor:
+    """The input embedding of the drafter's target (drafter folders never store it), for --include-embedding."""
+    from draftsmith.target import fingerprint_mismatch, load_target
+
+    if fmt != "speculators":
+        raise DraftsmithError("--include-embedding is for --format speculators (the speculators library zeroes a "
+                              "missing embedding; SGLang shares the target's).")
+    target = load_target(ckpt.target_name)
+    recorded = ckpt.meta.get("target_fingerprint")
+    why = recorded and fingerprint_mismatch(recorded, target.fingerprint(), model=False)
+    if why:
+        raise DraftsmithError(f"--include-embedding: '{ckpt.target_name}' is not this drafter's target: {why}.")
+    return target.model.get_input_embeddings().weight.detach().float().cpu().contiguous()
 
 
 def results_match(results: dict, target_layers: list[int], draft_vocab_size: int) -> bool:
@@ -383,6 +408,7 @@ class CardFacts(card.SharedFacts):
     hidden_size: int
     parameters: int
     speculative_tokens: int
+    embedding_included: bool = False
 
 
 def card_facts(ckpt: Eagle3Checkpoint, fmt: str, model_ref: str, speculative_tokens: int, license: str | None):
@@ -438,6 +464,14 @@ def render_card(facts: CardFacts) -> str:
         f"| parameters | {facts.parameters:,} |",
         f"| format | {facts.fmt} |", "",
     ]
+    if facts.embedding_included:
+        about += ["`embed_tokens.weight` is the target's own input embedding, stored for fine-tuning this folder with "
+                  "the speculators library (which leaves a missing embedding at zero). vLLM loads it instead of "
+                  "sharing the target's; the values are the same.", ""]
+    elif facts.fmt == "speculators":
+        about += ["No embedding is stored: vLLM and SGLang share the target's. To fine-tune this folder with the "
+                  "speculators library, export again with `--include-embedding` (the library leaves a missing "
+                  "embedding at zero).", ""]
     tags = ["speculative-decoding", "eagle3", "draftsmith", facts.fmt, "vllm" if facts.fmt == "speculators" else "sglang"]
     return "\n".join([card.front_matter(tags, facts.verifier, facts.verifier_is_hub_id, facts.license),
                       "\n".join(about), card.training_section(facts.training),
