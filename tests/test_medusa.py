@@ -34,6 +34,22 @@ def batch_for(target, length=16):
     return {"input_ids": ids, "loss_mask": mask, "attention_mask": torch.ones_like(ids), "features": features}
 
 
+def weights_hash(model) -> str:
+    return hashlib.sha256(b"".join(t.numpy().tobytes() for _, t in sorted(model.state_dict().items()))).hexdigest()
+
+
+def train_steps(drafter, target, steps: int) -> dict:
+    """A few AdamW steps of the drafter's trainable weights on one batch; the last metrics."""
+    optimizer = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=1e-2)
+    batch = batch_for(target)
+    for _ in range(steps):
+        loss, metrics = drafter.loss(batch, target.head)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return metrics
+
+
 def by_hand(drafter, i, normed):
     """Head i written out: n ResBlocks x + SiLU(Wx + b), then the projection."""
     x = normed
@@ -86,22 +102,16 @@ def test_greedy_decoding_is_token_identical_to_the_plain_loop(arch):
 
 def test_training_moves_the_heads_only_and_the_folder_round_trips(tiny_qwen3, tmp_path):
     target = frozen(tiny_qwen3)
-    before = hashlib.sha256(b"".join(t.numpy().tobytes() for _, t in sorted(target.model.state_dict().items())))
+    before = weights_hash(target.model)
     drafter = medusa.create(medusa.Config(num_heads=2), target)
     assert torch.equal(drafter.lm_heads[1].weight, target.model.lm_head.weight)
-    optimizer = torch.optim.AdamW(drafter.parameters(), lr=1e-2)
-    batch = batch_for(target)
-    for _ in range(3):
-        loss, _ = drafter.loss(batch, target.head)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    after = hashlib.sha256(b"".join(t.numpy().tobytes() for _, t in sorted(target.model.state_dict().items())))
-    assert after.hexdigest() == before.hexdigest()
+    train_steps(drafter, target, 3)
+    assert weights_hash(target.model) == before
     assert not torch.equal(drafter.lm_heads[1].weight, target.model.lm_head.weight)
     drafter.save_pretrained(tmp_path / "d")
     loaded = kind_module("medusa").Drafter.from_pretrained(tmp_path / "d", target)
     assert sorted(loaded.state_dict()) == sorted(drafter.state_dict())  # heads only: no target parts stored
+    batch = batch_for(target)
     torch.testing.assert_close(loaded.loss(batch, target.head)[0], drafter.loss(batch, target.head)[0])
 
 
@@ -223,24 +233,17 @@ def medusa2(target, **options):
 
 def test_medusa2_trains_adapters_and_heads_and_leaves_the_target_unchanged(tiny_qwen3):
     target = frozen(tiny_qwen3)
-    before = hashlib.sha256(b"".join(t.numpy().tobytes() for _, t in sorted(target.model.state_dict().items())))
+    before = weights_hash(target.model)
     drafter = medusa2(target)
     trainable = {name for name, p in drafter.named_parameters() if p.requires_grad}
     assert any("lora_A" in name for name in trainable) and "lm_heads.0.weight" in trainable
     assert not any(name.startswith("tuned.") and "lora_" not in name for name in trainable)  # base copy frozen
     assert drafter.lr_scale("lm_heads.0.weight") == 4.0 and drafter.lr_scale(next(n for n in trainable if "lora_B" in n)) == 1.0
     lora = {n: p.detach().clone() for n, p in drafter.named_parameters() if "lora_" in n}
-    optimizer = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=1e-2)
-    batch = batch_for(target)
-    for _ in range(2):
-        loss, metrics = drafter.loss(batch, target.head)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    metrics = train_steps(drafter, target, 2)
     assert {"distill", "agree", "acc_0", "acc_1"} <= set(metrics)
     assert all(not torch.equal(p, lora[n]) for n, p in drafter.named_parameters() if "lora_" in n)
-    after = hashlib.sha256(b"".join(t.numpy().tobytes() for _, t in sorted(target.model.state_dict().items())))
-    assert after.hexdigest() == before.hexdigest()
+    assert weights_hash(target.model) == before
 
 
 def test_medusa2_loss_is_the_heads_on_the_tuned_states_plus_distillation(tiny_qwen3):
