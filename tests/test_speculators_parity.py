@@ -74,14 +74,15 @@ def test_a_flipped_norm_before_residual_fails_the_harness(exported, tmp_path):
     assert max(r["max_abs_difference"] for r in results) > 1e-2
 
 
-def test_include_embedding_makes_the_folder_whole_for_the_library_alone(exported, tmp_path):
-    """The library leaves a missing embedding at zero: without the target's copy its logits are wrong; with
-    `--include-embedding` the folder alone gives ours, and still validates and round-trips."""
+def test_include_embedding_stores_the_targets_embedding_and_the_library_computes_our_logits(exported, tmp_path):
+    """`--include-embedding` writes the target's own embedding; the library, given nothing else, computes ours."""
+    from safetensors.torch import load_file
+
     target, drafter, out, sequences = exported
-    alone = [compare(ours_eagle3_logits(drafter, target, ids[None], STEPS),
-                     speculators_eagle3_logits(out, target, ids[None], STEPS, share_embedding=False)) for ids in sequences]
-    assert max(r["max_abs_difference"] for r in alone) > 1e-2
+    assert "embed_tokens.weight" not in load_file(str(out / "model.safetensors"))
     whole = ex.export(out.parent / "best", "speculators", tmp_path / "whole", verifier=target.name, include_embedding=True)
+    stored = load_file(str(whole / "model.safetensors"))["embed_tokens.weight"]
+    assert torch.equal(stored, target.model.get_input_embeddings().weight.float())
     results = [compare(ours_eagle3_logits(drafter, target, ids[None], STEPS),
                        speculators_eagle3_logits(whole, target, ids[None], STEPS, share_embedding=False))
                for ids in sequences]

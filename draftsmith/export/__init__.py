@@ -127,8 +127,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--license", help="license for the card metadata (default: the target's, when known)")
     parser.add_argument("--include-embedding", action="store_true",
                         help="speculators EAGLE-3: also store the target's input embedding as embed_tokens.weight "
-                        "(loads the target). Engines share the target's embedding without it, but the speculators "
-                        "library then leaves its own at zero: use this to fine-tune the export with speculators")
+                        "(loads the target). Engines share the target's embedding without it; use this to fine-tune "
+                        "the export with the speculators library without the verifier at hand")
     parser.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
     parser.add_argument("--push-to-hub", metavar="REPO_ID", help="upload the folder to this Hub model repo")
     parser.add_argument("--private", action="store_true", help="create the Hub repo as private")

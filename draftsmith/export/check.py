@@ -266,7 +266,7 @@ def _check_tensors(fmt: str, config: dict, layer: dict, tensors: dict, expected:
                    problems: Problems) -> None:
     shapes = _expected_shapes(fmt, config, layer)
     # embed_tokens: without it both engines share the target's embedding, as our drafter does; a speculators folder
-    # may hold the target's own copy (`--include-embedding`, for the library, which zeroes a missing one).
+    # may hold the target's own copy (`--include-embedding`, to fine-tune it with the library alone).
     optional = {"embed_tokens.weight": (int(layer.get("vocab_size") or 0), int(layer.get("hidden_size") or 0))} \
         if fmt == "speculators" else {}
     _check_unknown(tensors, set(shapes) | set(optional), "model.safetensors", problems)

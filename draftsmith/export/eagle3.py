@@ -369,8 +369,8 @@ def target_embedding(ckpt: Eagle3Checkpoint, fmt: str) -> torch.Tensor:
     from draftsmith.target import fingerprint_mismatch, load_target
 
     if fmt != "speculators":
-        raise DraftsmithError("--include-embedding is for --format speculators (the speculators library zeroes a "
-                              "missing embedding; SGLang shares the target's).")
+        raise DraftsmithError("--include-embedding is for --format speculators (SGLang always shares the target's "
+                              "embedding).")
     target = load_target(ckpt.target_name)
     recorded = ckpt.meta.get("target_fingerprint")
     why = recorded and fingerprint_mismatch(recorded, target.fingerprint(), model=False)
@@ -466,12 +466,11 @@ def render_card(facts: CardFacts) -> str:
     ]
     if facts.embedding_included:
         about += ["`embed_tokens.weight` is the target's own input embedding, stored for fine-tuning this folder with "
-                  "the speculators library (which leaves a missing embedding at zero). vLLM loads it instead of "
-                  "sharing the target's; the values are the same.", ""]
+                  "the speculators library without the verifier at hand. vLLM loads it instead of sharing the "
+                  "target's; the values are the same.", ""]
     elif facts.fmt == "speculators":
-        about += ["No embedding is stored: vLLM and SGLang share the target's. To fine-tune this folder with the "
-                  "speculators library, export again with `--include-embedding` (the library leaves a missing "
-                  "embedding at zero).", ""]
+        about += ["No embedding is stored: vLLM shares the target's. To fine-tune this folder with the speculators "
+                  "library without the verifier at hand, export again with `--include-embedding`.", ""]
     tags = ["speculative-decoding", "eagle3", "draftsmith", facts.fmt, "vllm" if facts.fmt == "speculators" else "sglang"]
     return "\n".join([card.front_matter(tags, facts.verifier, facts.verifier_is_hub_id, facts.license),
                       "\n".join(about), card.training_section(facts.training),
