@@ -183,6 +183,12 @@ class Drafter(nn.Module):
             total = total + self.config.distill_weight * self.distill_loss(tuned_logits, last, loss_mask, target_head,
                                                                            metrics)
         k = self.config.top_k
+        # Every head's label at t is the target's distribution at t+1+i, a position whose next token is learned:
+        # compute those once for all heads, then look each head's rows up.
+        labelled = predicting_positions(loss_mask)
+        all_p, all_best = self.labels(target_head, last[labelled])
+        row_of = torch.full(loss_mask.shape, -1, dtype=torch.long, device=loss_mask.device)
+        row_of[labelled] = torch.arange(labelled[0].numel(), device=loss_mask.device)
         for i in range(self.config.num_heads):
             counted = loss_mask[:, i + 2 :]  # index t predicts x_{t+2+i}
             rows = counted.nonzero(as_tuple=True)
@@ -190,7 +196,8 @@ class Drafter(nn.Module):
                 continue
             logits = self.head_rows(i, last[rows]) if normed is None else self.head_on_normed(i, normed[rows])
             log_q = torch.log_softmax(logits, -1)
-            p, best = self.labels(target_head, last[rows[0], rows[1] + 1 + i])
+            label_rows = row_of[rows[0], rows[1] + 1 + i]
+            p, best = all_p[label_rows], all_best[label_rows]
             head_loss = -(p * log_q).sum(-1).mean()
             total = total + self.config.step_weight**i * head_loss
             ranked = log_q.topk(min(k, log_q.shape[-1]), -1).indices
