@@ -38,6 +38,18 @@ FORMAT_WRITERS = {"draftsmith": "draftsmith.export.native"}
 """formats written by one module for every kind (the others: the kind's module in WRITERS)"""
 
 
+def drafters_target(name: str, recorded: dict | None, what: str):
+    """Load the target a drafter was trained for (for parts drafter folders never store: its final norm, its
+    embedding), refusing one whose tokenizer differs from the fingerprint the drafter recorded."""
+    from draftsmith.target import fingerprint_mismatch, load_target
+
+    target = load_target(name)
+    why = recorded and fingerprint_mismatch(recorded, target.fingerprint(), model=False)
+    if why:
+        raise DraftsmithError(f"{what}: '{name}' is not this drafter's target: {why}.")
+    return target
+
+
 @dataclass
 class Options:
     """What every writer may use; see `draftsmith export --help`."""

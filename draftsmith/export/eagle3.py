@@ -366,16 +366,12 @@ def write(checkpoint: str | Path, fmt: str, staging: Path, options) -> CardFacts
 
 def target_embedding(ckpt: Eagle3Checkpoint, fmt: str) -> torch.Tensor:
     """The input embedding of the drafter's target (drafter folders never store it), for --include-embedding."""
-    from draftsmith.target import fingerprint_mismatch, load_target
+    from draftsmith.export import drafters_target
 
     if fmt != "speculators":
         raise DraftsmithError("--include-embedding is for --format speculators (SGLang always shares the target's "
                               "embedding).")
-    target = load_target(ckpt.target_name)
-    recorded = ckpt.meta.get("target_fingerprint")
-    why = recorded and fingerprint_mismatch(recorded, target.fingerprint(), model=False)
-    if why:
-        raise DraftsmithError(f"--include-embedding: '{ckpt.target_name}' is not this drafter's target: {why}.")
+    target = drafters_target(ckpt.target_name, ckpt.meta.get("target_fingerprint"), "--include-embedding")
     return target.model.get_input_embeddings().weight.detach().float().cpu().contiguous()
 
 

@@ -92,12 +92,9 @@ def to_checkpoint_tensors(folder: Path) -> tuple[dict[str, torch.Tensor], torch.
 
 def target_final_norm(meta: dict, verifier: str) -> torch.Tensor:
     """The frozen final norm of the drafter's target (never stored in drafter folders), loaded from `verifier`."""
-    from draftsmith.target import fingerprint_mismatch, load_target
+    from draftsmith.export import drafters_target
 
-    target = load_target(verifier)
-    why = fingerprint_mismatch(meta.get("target_fingerprint"), target.fingerprint(), model=False)
-    if meta.get("target_fingerprint") and why:
-        raise DraftsmithError(f"--verifier '{verifier}' is not this drafter's target: {why}.")
+    target = drafters_target(verifier, meta.get("target_fingerprint"), "--verifier")
     return target.final_norm.weight.detach().float().cpu().clone()
 
 
