@@ -32,3 +32,27 @@ def verify_cost_curve(target, sizes, context: torch.Tensor, repeats: int = 5) ->
             times[n].append(time.perf_counter() - start)
             cache.crop(-n)
     return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+
+
+def best_length(accept_through: list[float], cost: dict[int, float]) -> int:
+    """The draft length L in [0, len(accept_through)] with the most expected tokens per unit of verify cost,
+    (1 + accept_through[0] + ... + accept_through[L-1]) / t(L+1), where accept_through[k] is the chance that
+    draft tokens 1..k+1 are all accepted. L = 0 is a plain step (one token for t(1))."""
+    best, best_value, expected = 0, 1 / cost[1], 1.0
+    for length, accepted in enumerate(accept_through, start=1):
+        expected += accepted
+        if expected / cost[length + 1] > best_value:
+            best, best_value = length, expected / cost[length + 1]
+    return best
+
+
+def calibrated(cost: dict[int, float] | None, longest: int) -> bool:
+    """Whether `cost` has t(n) for every pass a draft of up to `longest` tokens needs (n = 1 .. longest + 1)."""
+    return cost is not None and all(n in cost for n in range(1, longest + 2))
+
+
+def measure(target, longest: int, context_tokens: int = 256) -> dict[int, float]:
+    """t(n) for n = 1 .. longest + 1 on `target` after a random context (a few seconds): what drafts of up to
+    `longest` tokens cost to verify."""
+    context = torch.randint(0, target.vocab_size, (1, context_tokens), generator=torch.Generator().manual_seed(0))
+    return verify_cost_curve(target, range(1, longest + 2), context)

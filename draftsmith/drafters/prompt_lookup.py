@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from draftsmith.cost import best_length, calibrated, measure
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
 from draftsmith.errors import DraftsmithError
 
@@ -116,10 +117,7 @@ class PromptLookup:
 
     def calibrate(self, target, max_length: int, context_tokens: int = 256) -> dict[int, float]:
         """Measure t(n) for n = 1 .. max_length + 1 on `target` (a few seconds); adaptive drafts use it."""
-        from draftsmith.cost import verify_cost_curve
-
-        context = torch.randint(0, target.vocab_size, (1, context_tokens), generator=torch.Generator().manual_seed(0))
-        self.verify_cost = verify_cost_curve(target, range(1, max_length + 2), context)
+        self.verify_cost = measure(target, max_length, context_tokens)
         return self.verify_cost
 
     def describe(self) -> dict:
@@ -182,17 +180,11 @@ class PromptLookup:
 
     def _length(self, key: tuple[int, bool], longest: int) -> int:
         """Draft length in [0, longest] with the most expected tokens per unit of verify cost."""
-        cost = self.verify_cost
-        if not self.config.adaptive or cost is None or any(n not in cost for n in range(1, longest + 2)):
+        if not self.config.adaptive or not calibrated(self.verify_cost, longest):
             return longest
         accepted, offered = self.counts.get(key, (0, 0))
         rate = (accepted + 3) / (offered + 4)  # an optimistic start: 3 of 4
-        best, best_value, expected = 0, 1 / cost[1], 1.0
-        for length in range(1, longest + 1):
-            expected += rate**length
-            if expected / cost[length + 1] > best_value:
-                best, best_value = length, expected / cost[length + 1]
-        return best
+        return best_length([rate**length for length in range(1, longest + 1)], self.verify_cost)
 
 
 def _trie(paths: list[torch.Tensor], total: int, like: torch.Tensor) -> Draft:
