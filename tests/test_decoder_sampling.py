@@ -141,27 +141,34 @@ def test_speculative_sampling_matches_plain_end_to_end(monkeypatch, broken):
 
 
 # Every trained kind drafts through its own sampling code (chains with their q); the decoder must stay lossless.
-KIND_OPTIONS = {"eagle": {"layers": [0, 1, 2]}, "medusa": {"num_heads": 2}, "mtp": {"num_modules": 2},
-                "dflash": {"block_size": 3, "target_layer_ids": [0, 2], "mask_token_id": 7}}
+DFLASH = {"block_size": 3, "target_layer_ids": [0, 2], "mask_token_id": 7}
+KIND_OPTIONS = {"eagle": ("eagle", {"layers": [0, 1, 2]}), "medusa": ("medusa", {"num_heads": 2}),
+                "mtp": ("mtp", {"num_modules": 2}), "dflash": ("dflash", DFLASH),
+                "dspark": ("dflash", {**DFLASH, "variant": "dspark", "markov_rank": 4})}
 
 
-@pytest.mark.parametrize("kind", list(KIND_OPTIONS))
-def test_every_trained_kind_samples_losslessly_end_to_end(kind):
+@pytest.mark.parametrize("name", list(KIND_OPTIONS))
+def test_every_trained_kind_samples_losslessly_end_to_end(name):
+    kind, options = KIND_OPTIONS[name]
     target = small_vocab_target(0, num_layers=4)
     target.tokenizer = None  # 8 token ids and no text: DFlash's MASK is then simply the id it is given
     prompt = torch.tensor([[1, 2, 3, 4]])
     sampling = Sampling(1.0)
     p1, p2 = exact_marginals(target, prompt, sampling)
     module = kind_module(kind)
-    drafter = module.create(module.Config(**KIND_OPTIONS[kind]), target)
+    drafter = module.create(module.Config(**options), target)
     with torch.no_grad():  # a random drafter whose q differs from p (fresh ones copy parts of the target)
         for parameter in drafter.parameters():
             if parameter.dtype.is_floating_point:
                 parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(3)) * 0.5)
     proposer = drafter.proposer(target, torch.Generator().manual_seed(1))
+    if name == "dspark":  # a cost curve under which its confidences cut some blocks after 0, 1 or 2 tokens
+        proposer.verify_cost = {1: 1.0, 2: 1.45, 3: 1.6}
     generator = torch.Generator().manual_seed(0)
     runs = [decoder.speculative_generate(target, proposer, prompt, DraftShape(2), sampling, 3, set(), generator)
             for _ in range(800)]
     drafted = sum(c.drafted for r in runs for c in r.cycles)
     assert drafted > 800, "the drafter must actually draft for the test to mean anything"
+    if name == "dspark":
+        assert len({c.drafted for r in runs for c in r.cycles}) >= 2, "the confidence cut must vary the length"
     assert min(chi2_pvalue([r.tokens[1] for r in runs], p1), chi2_pvalue([r.tokens[2] for r in runs], p2)) > 1e-3

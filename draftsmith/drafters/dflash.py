@@ -14,6 +14,19 @@ Decoding: `DecodeState.features` hold the target's features at committed positio
 at the last committed token T-1 and the context covers positions < T-1, exactly the training layout. Context
 keys/values depend on c only (not on the block), so the proposer caches them per layer and rolls them back
 by comparing its tokens with `state.tokens`.
+
+DSpark (`variant: dspark`) adds two small heads on the same backbone, which still runs once per block:
+- a sequential (Markov) head: block position k's logits get the low-rank bias markov_w2(markov_w1[prev_k]), prev_k
+  the block token just before k (the anchor for k = 1; in decoding, the token drafted at k-1), so drafting walks
+  the block left to right with this cheap bias only;
+- a confidence head: sigmoid(confidence([hidden_k; markov_w1[prev_k]])) predicts that position k is accepted,
+  trained (BCE, weight `confidence_weight`) against whether the biased draft's top token is the target's there.
+  Decoding cuts the block by a stopping rule read off the verify-cost curve t(n) (`draftsmith.cost`): position k is
+  drafted only if, projecting its own confidence onto the positions after it, some length >= k gives more expected
+  tokens per unit of verify cost than stopping before k. The rule looks at confidences 1..k only, which depend on
+  tokens before k, so whether a token is drafted never depends on that token and sampling stays lossless.
+These are the speculators library's DSpark heads (`markov_head_type: vanilla`, `confidence_head_with_markov`) in
+the block layout whose position 0 is the anchor (its `sample_from_anchor: false`).
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 )
 
 from draftsmith.config import build
+from draftsmith.cost import best_length, calibrated, measure
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
 )
@@ -63,6 +77,14 @@ class Config:
     """MASK id; null: the tokenizer's mask token, else an id no text maps to (written into the config)"""
     anchor_seed: int = 0
     """seeds the anchor draws (with each batch's sample ids, so a resumed run draws the same anchors)"""
+    variant: str = "dflash"
+    """dflash, or dspark: DFlash plus a Markov logit-bias head and a confidence head that cuts each block"""
+    markov_rank: int = 256
+    """DSpark: rank r of the Markov bias markov_w2(markov_w1[previous token]) (r x vocabulary, twice)"""
+    confidence_weight: float = 1.0
+    """DSpark: weight of the confidence head's loss (BCE against whether the position's draft was the target's)"""
+    confidence_cut: bool = True
+    """DSpark: cut each block where the confidences stop paying for their verify cost (false: draft the whole block)"""
 
     def validate(self) -> None:
         if self.block_size < 2:
@@ -75,6 +97,12 @@ class Config:
             raise DraftsmithError(f"drafter.anchors_per_sequence must be at least 1, got {self.anchors_per_sequence}.")
         if self.gamma is not None and self.gamma <= 0:
             raise DraftsmithError(f"drafter.gamma must be positive, got {self.gamma}.")
+        if self.variant not in ("dflash", "dspark"):
+            raise DraftsmithError(f"drafter.variant must be dflash or dspark, got {self.variant!r}.")
+        if self.variant == "dspark" and self.markov_rank < 1:
+            raise DraftsmithError(f"drafter.markov_rank must be at least 1 for variant dspark, got {self.markov_rank}.")
+        if self.confidence_weight < 0:
+            raise DraftsmithError(f"drafter.confidence_weight must be >= 0, got {self.confidence_weight}.")
 
     def position_weights(self) -> list[float]:
         """w_k for block positions k = 1..B-1."""
@@ -160,6 +188,13 @@ class Drafter(nn.Module):
         self.layers = nn.ModuleList([Layer(self.layer_config) for _ in range(config.num_layers)])
         self.norm = Qwen3RMSNorm(H, eps=self.layer_config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(self.layer_config)
+        if config.variant == "dspark":
+            r, V = config.markov_rank, sizes["vocab_size"]
+            self.markov_w1 = nn.Embedding(V, r)
+            nn.init.normal_(self.markov_w1.weight, std=0.01)
+            self.markov_w2 = nn.Linear(r, V, bias=False)
+            nn.init.zeros_(self.markov_w2.weight)  # the bias starts at zero: training begins from plain DFlash
+            self.confidence = nn.Linear(H + r, 1)
         self.target_info: dict = {}
         self.target = None  # the frozen target (embedding, lm_head); attached, never a submodule
 
@@ -205,6 +240,17 @@ class Drafter(nn.Module):
         target = self._target()
         return target.model.get_output_embeddings()(hidden.to(target.dtype)).float()
 
+    @property
+    def dspark(self) -> bool:
+        return self.config.variant == "dspark"
+
+    def markov(self, hidden: torch.Tensor, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """DSpark's heads at block positions with normed hiddens `hidden` [..., H] whose previous block tokens are
+        `prev` [...]: the Markov logit bias [..., V] and the confidence logit [...] (sigmoid = P(accepted))."""
+        emb = self.markov_w1(prev.to(self.markov_w1.weight.device))
+        confidence = self.confidence(torch.cat([hidden, emb.to(hidden.dtype)], -1))[..., 0]
+        return self.markov_w2(emb).float(), confidence.float()
+
     def block_hidden(self, input_ids, features, anchors: torch.Tensor) -> torch.Tensor:
         """Hiddens [b, N, B, H] of the blocks at `anchors` [b, N], each seeing the context before its anchor."""
         (b, length), size = input_ids.shape, self.config.block_size
@@ -246,13 +292,24 @@ class Drafter(nn.Module):
             rows = counted.nonzero(as_tuple=True)
             if rows[0].numel() == 0:
                 continue
-            log_q = torch.log_softmax(self.logits(hidden[rows[0], rows[1], k]), -1)
+            at = hidden[rows[0], rows[1], k]
+            logits = self.logits(at)
+            if self.dspark:  # the block token before k: the anchor, then the data's tokens (teacher forcing)
+                bias, confidence = self.markov(at, ids[rows[0], label_at[rows] - 1])
+                logits = logits + bias
+            log_q = torch.log_softmax(logits, -1)
             with torch.no_grad():
                 p = torch.softmax(target_head(last[rows[0], label_at[rows] - 1]).float(), -1)
             ce = -(p * log_q).sum(-1).mean()
             total = total + weight * ce
+            matched = (log_q.argmax(-1) == p.argmax(-1)).float()
             metrics[f"loss_{k - 1}"] = float(ce.detach())
-            metrics[f"acc_{k - 1}"] = float((log_q.argmax(-1) == p.argmax(-1)).float().mean())
+            metrics[f"acc_{k - 1}"] = float(matched.mean())
+            if self.dspark:
+                bce = F.binary_cross_entropy_with_logits(confidence, matched)
+                total = total + self.config.confidence_weight * bce
+                metrics[f"confidence_loss_{k - 1}"] = float(bce.detach())
+                metrics[f"confidence_{k - 1}"] = float(torch.sigmoid(confidence.detach()).mean())
         metrics["loss"] = float(total.detach())
         return total, metrics
 
@@ -356,6 +413,7 @@ class DFlashProposer:
     def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
         self.drafter, self.generator = drafter.eval(), generator
         self.required_layers = list(drafter.layer_ids)
+        self.verify_cost: dict[int, float] | None = None  # t(n), for DSpark's confidence cut; see `calibrate`
         self.reset()
 
     def reset(self) -> None:
@@ -365,8 +423,14 @@ class DFlashProposer:
 
     def describe(self) -> dict:
         """Kind, options and trained parameter count."""
-        return {"kind": "dflash", **dataclasses.asdict(self.drafter.config),
-                "parameters": sum(p.numel() for p in self.drafter.parameters())}
+        described = {"kind": "dflash", **dataclasses.asdict(self.drafter.config),
+                     "parameters": sum(p.numel() for p in self.drafter.parameters())}
+        if self.drafter.dspark:
+            described["confidence_cut"] = self.wants_verify_cost and self.verify_cost is not None
+            if described["confidence_cut"]:
+                described["verify_cost_relative"] = {n: round(c / self.verify_cost[1], 3)
+                                                     for n, c in self.verify_cost.items()}
+        return described
 
     @torch.no_grad()
     def _catch_up(self, state: DecodeState) -> None:
@@ -384,9 +448,19 @@ class DFlashProposer:
                             for (k, v), (nk, nv) in zip(self.context, new)]
         self.cached = tokens[:end].clone()
 
+    def calibrate(self, target, longest: int | None = None) -> dict[int, float]:
+        """Measure the verify-cost curve t(1..B) on `target`; DSpark's confidence cut reads it."""
+        self.verify_cost = measure(target, longest or self.drafter.config.block_size - 1)
+        return self.verify_cost
+
+    @property
+    def wants_verify_cost(self) -> bool:
+        """Whether drafting reads a verify-cost curve (DSpark with its confidence cut): callers `calibrate` first."""
+        return self.drafter.dspark and self.drafter.config.confidence_cut
+
     @torch.no_grad()
-    def block_logits(self, state: DecodeState) -> torch.Tensor:
-        """Logits [B-1, V] of block positions 1..B-1 for the block at the last committed token."""
+    def block_hidden(self, state: DecodeState) -> torch.Tensor:
+        """Normed hiddens [B, H] of the block [x_{T-1}, MASK...] at the last committed token."""
         if state.tokens.shape[1] < 2:
             raise DraftsmithError("The DFlash drafter needs two committed tokens (one target feature) to draft.")
         self._catch_up(state)
@@ -395,17 +469,51 @@ class DFlashProposer:
         block = torch.full((1, size), drafter.mask_token_id, dtype=torch.long, device=device)
         block[0, 0] = state.tokens[0, -1]
         positions = torch.arange(T - 1, T - 1 + size, device=device)[None]
-        hidden = drafter.blocks(block, positions, self.context, None)  # no mask: all context < T-1, block is free
-        return drafter.logits(hidden[0, 1:])
+        return drafter.blocks(block, positions, self.context, None)[0]  # no mask: all context < T-1, block is free
+
+    @torch.no_grad()
+    def block_logits(self, state: DecodeState) -> torch.Tensor:
+        """Backbone logits [B-1, V] of block positions 1..B-1 (DSpark's Markov bias not added: it needs the draft)."""
+        return self.drafter.logits(self.block_hidden(state)[1:])
 
     @torch.no_grad()
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
-        """min(length, B-1) tokens from one forward: greedy, or each sampled from its own q (lossless)."""
+        """min(length, B-1) tokens from one forward: greedy, or each sampled from its own q (lossless). DSpark
+        walks the block adding each position's Markov bias and stops where its confidences stop paying."""
         if shape.tree is not None:
             raise DraftsmithError("The DFlash drafter drafts blocks, not trees; use a draft length instead.")
-        logits = self.block_logits(state)[: shape.length]
+        hidden = self.block_hidden(state)[1 : 1 + shape.length]
+        logits = self.drafter.logits(hidden)
+        if not self.drafter.dspark:
+            if sampling.greedy:
+                return Draft(logits.argmax(-1).cpu())
+            # Block positions do not see each other's draft, so each q_k is the full law of x_k given the prefix.
+            q = target_probs(logits, sampling)
+            return Draft(torch.multinomial(q, 1, generator=self.generator)[:, 0].cpu(), probs=q.cpu())
+        return self._walk(hidden, logits, state.tokens[0, -1], sampling)
+
+    def _walk(self, hidden, logits, anchor, sampling: Sampling) -> Draft:
+        """DSpark: position k's logits plus the Markov bias of the token drafted before it, left to right."""
+        cut = self.wants_verify_cost and calibrated(self.verify_cost, len(logits))
+        tokens, probs, accept_through, prev = [], [], [], anchor.reshape(())
+        for k in range(len(logits)):
+            bias, confidence = self.drafter.markov(hidden[k], prev)
+            if cut:  # project this position's confidence onto the rest of the block; stop when nothing pays
+                rate = float(torch.sigmoid(confidence))
+                running = (accept_through[-1] if accept_through else 1.0) * rate
+                projected = accept_through + [running * rate**j for j in range(len(logits) - k)]
+                if best_length(projected, self.verify_cost) <= k:
+                    break
+                accept_through.append(running)
+            row = logits[k] + bias
+            if sampling.greedy:
+                prev = row.argmax()
+            else:
+                q = target_probs(row[None], sampling)[0]
+                prev = torch.multinomial(q, 1, generator=self.generator)[0]
+                probs.append(q)
+            tokens.append(prev)
+        drafted = torch.stack(tokens).cpu() if tokens else torch.zeros(0, dtype=torch.long)
         if sampling.greedy:
-            return Draft(logits.argmax(-1).cpu())
-        # Block positions do not see each other's draft, so each q_k is the full law of x_k given the prefix.
-        q = target_probs(logits, sampling)
-        return Draft(torch.multinomial(q, 1, generator=self.generator)[:, 0].cpu(), probs=q.cpu())
+            return Draft(drafted)
+        return Draft(drafted, probs=torch.stack(probs).cpu() if probs else logits[:0].cpu())

@@ -72,10 +72,7 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
         lookup = prompt_lookup.PromptLookup(prompt_lookup.Config(
             max_ngram=max_ngram, min_ngram=min_ngram, adaptive=adaptive_length is not None))
         if adaptive_length is not None:
-            began = time.perf_counter()
-            cost = lookup.calibrate(target, adaptive_length)
-            print(f"prompt lookup: verify cost t(n)/t(1) measured in {time.perf_counter() - began:.1f} s: "
-                  + ", ".join(f"{n}: {c / cost[1]:.2f}" for n, c in cost.items()), flush=True)
+            _calibrate(lookup, target, "prompt lookup", adaptive_length)
         return lookup
     if kind == "hf":
         from draftsmith.drafters import draft_lm
@@ -86,7 +83,18 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
         from draftsmith.export import eagle3
 
         return eagle3.load_exported(folder, target)
-    return kind_module(kind).load_proposer(folder, target)
+    proposer = kind_module(kind).load_proposer(folder, target)
+    if getattr(proposer, "wants_verify_cost", False):  # e.g. DSpark's confidence cut
+        _calibrate(proposer, target, kind)
+    return proposer
+
+
+def _calibrate(proposer, target, name: str, *longest: int) -> None:
+    """Have `proposer` measure the target's verify-cost curve, which its draft lengths are chosen from; say so."""
+    began = time.perf_counter()
+    cost = proposer.calibrate(target, *longest)
+    print(f"{name}: verify cost t(n)/t(1) measured in {time.perf_counter() - began:.1f} s: "
+          + ", ".join(f"{n}: {c / cost[1]:.2f}" for n, c in cost.items()), flush=True)
 
 
 # --------------------------------------------------------------------------- light mode (training)
