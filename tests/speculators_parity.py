@@ -81,3 +81,63 @@ def ours_mtp_logits(drafter, target, input_ids: torch.Tensor, steps: int) -> lis
         features = target.forward(input_ids, layers=drafter.required_layers, logits=False).features
         outputs = drafter.eval().teacher_forced(input_ids, features[drafter.last_layer], steps=steps)
         return [drafter.logits(hidden)[0] for hidden in outputs]
+
+
+def load_speculators_dflash(folder: str | Path):
+    """The speculators model of a `dflash` / `dspark` folder: the class its config's speculators_model_type names,
+    with the embedding and lm_head the library itself fills from the verifier the config names."""
+    from speculators import SpeculatorModelConfig
+    from speculators.model import SpeculatorModel
+
+    config = SpeculatorModelConfig.from_pretrained(str(folder))
+    config.transformer_layer_config._attn_implementation = "eager"  # flex attention needs a GPU compiler
+    return SpeculatorModel.from_pretrained(str(folder), config=config).eval()
+
+
+def speculators_dflash_logits(model, target, input_ids: torch.Tensor, anchors: list[int]) -> dict[str, torch.Tensor]:
+    """Draft logits [N, B-1, V] of the blocks at `anchors` (DSpark: with its Markov bias, plus its confidence logits
+    [N, B-1]) as the library's own forward computes them on `input_ids` [1, S], from `target`'s features at the
+    config's layer ids read as the library reads them (HF `hidden_states[id]`). A loss mask allowing exactly the
+    anchors pins the blocks it draws (they must be sorted, distinct and end inside the sequence); its loss is not
+    computed (the fused kernels need Triton): the recorder keeps what it would score."""
+    import importlib
+    from unittest import mock
+
+    size, length = model.block_size, input_ids.shape[1]
+    assert anchors == sorted(set(anchors)) and anchors[-1] < length - size, anchors
+    loss_mask = torch.zeros_like(input_ids)
+    loss_mask[0, anchors] = 1
+    module = importlib.import_module(type(model).__module__)  # dflash.core or dspark.core: each its compute_metrics
+    scored: list[tuple] = []
+    with torch.no_grad(), mock.patch.object(module, "compute_metrics",
+                                            lambda *args, **_: scored.append(args) or (torch.zeros(()), {})):
+        hidden = target.model(input_ids, output_hidden_states=True).hidden_states
+        model(hidden_states=torch.cat([hidden[i] for i in model.target_layer_ids], dim=-1), input_ids=input_ids,
+              loss_mask=loss_mask, verifier_last_hidden_states=hidden[-1], document_ids=torch.zeros_like(input_ids),
+              max_anchors=len(anchors))
+    logits = scored[0][0].view(len(anchors), size, -1)[:, 1:]  # block position 0 is the anchor: nothing drafted
+    out = {"logits": logits.float()}
+    if model.config.speculators_model_type == "dspark":
+        out["confidence"] = scored[0][2].view(len(anchors), size)[:, 1:].float()
+    return out
+
+
+def ours_dflash_logits(drafter, target, input_ids: torch.Tensor, anchors: list[int]) -> dict[str, torch.Tensor]:
+    """Our proposer's draft logits [N, B-1, V] (the decode path) for the block at each anchor a: committed tokens
+    0..a, the target's features of positions 0..a-1."""
+    from draftsmith.drafters import DecodeState
+
+    logits = []
+    with torch.no_grad():
+        for a in anchors:
+            tokens = input_ids[:, : a + 1]
+            features = target.forward(tokens[:, :-1], layers=drafter.required_layers, logits=False).features
+            logits.append(drafter.proposer(target).block_logits(DecodeState(tokens, features)))
+    return {"logits": torch.stack(logits).float()}
+
+
+def compare_blocks(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]) -> dict:
+    """Max-abs difference of every output both computed, and the argmax agreement of the draft logits."""
+    assert set(ours) == set(theirs), (sorted(ours), sorted(theirs))
+    return {"max_abs_difference": max(float((ours[k] - theirs[k]).abs().max()) for k in ours),
+            "argmax_agreement": float((ours["logits"].argmax(-1) == theirs["logits"].argmax(-1)).float().mean())}

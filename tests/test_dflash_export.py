@@ -86,5 +86,5 @@ def test_layer_ids_off_by_one_give_other_logits_and_a_wrong_folder_is_refused(tm
 
 def test_a_dflash_checkpoint_only_exports_as_dflash(tmp_path):
     trained_folder(tiny_target("qwen3"), tmp_path)
-    with pytest.raises(DraftsmithError, match="--format medusa is for medusa drafters.*exports as dflash"):
+    with pytest.raises(DraftsmithError, match="--format medusa is for medusa drafters.*exports as speculators or dflash"):
         export(tmp_path / "best", "medusa", tmp_path / "out")

@@ -1,15 +1,21 @@
 """Exports checked against the real `speculators` library (vLLM's format): its model class, loading our
-folder, computes our drafter's logits at every TTT step; an export it would read differently fails."""
+folder, computes our drafter's logits (EAGLE-3: at every TTT step; DFlash: every block position); an export it
+would read differently fails."""
 
 import json
+import shutil
 
 import pytest
 import torch
 
 from draftsmith import export as ex
-from draftsmith.drafters import eagle
+from draftsmith.drafters import dflash, eagle
+from draftsmith.export import dflash as dflash_export
 from draftsmith.export.check import to_format_layer_ids
-from speculators_parity import compare, ours_eagle3_logits, speculators_eagle3_logits
+from speculators_parity import (
+    compare, compare_blocks, load_speculators_dflash, ours_dflash_logits, ours_eagle3_logits, speculators_dflash_logits,
+    speculators_eagle3_logits,
+)
 from test_export_support import draft_vocab
 from tiny import save_target, tiny_target
 
@@ -48,8 +54,6 @@ def test_speculators_computes_our_eagle3_export_exactly(exported):
 
 
 def rewrite_config(source, destination, change) -> None:
-    import shutil
-
     shutil.copytree(source, destination)
     config = json.loads((destination / "config.json").read_text())
     change(config)
@@ -91,3 +95,127 @@ def test_include_embedding_stores_the_targets_embedding_and_the_library_computes
     assert "--include-embedding" in (out / "README.md").read_text()
     with pytest.raises(ex.DraftsmithError, match="--include-embedding is for --format speculators"):
         ex.export(out.parent / "best", "sglang", tmp_path / "sg", verifier=target.name, include_embedding=True)
+
+
+# --------------------------------------------------------------------------- DFlash (speculators `dflash` layout)
+ANCHORS = [2, 7, 11]
+
+
+def trained_dflash(target, folder, **options):
+    """A DFlash drafter with weights moved off their initialisation (norms not all ones), saved to `folder`."""
+    target.model.requires_grad_(False)
+    drafter = dflash.create(dflash.Config(**options), target)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in drafter.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    drafter.save_pretrained(folder)
+    return drafter
+
+
+@pytest.fixture(scope="module", params=[("qwen3", 8, 2), ("llama", 4, 1)], ids=["qwen3", "llama"])
+def dflash_exported(request, tmp_path_factory):
+    """A tiny target saved as a folder (the verifier the library fills embedding and lm_head from), a DFlash
+    drafter for it, its speculators export, and sequences long enough for blocks at ANCHORS."""
+    arch, block_size, num_layers = request.param
+    root = tmp_path_factory.mktemp(f"dflash-{arch}")
+    target = tiny_target(arch)
+    target.name = save_target(target, root / "target")
+    drafter = trained_dflash(target, root / "best", block_size=block_size, num_layers=num_layers)
+    out = ex.export(root / "best", "speculators", root / "export")
+    sequences = torch.randint(0, 256, (3, 24), generator=torch.Generator().manual_seed(1))
+    return target, drafter, out, sequences
+
+
+def dflash_parity(target, drafter, folder, sequences) -> list[dict]:
+    model = load_speculators_dflash(folder)
+    return [compare_blocks(ours_dflash_logits(drafter, target, ids[None], ANCHORS),
+                           speculators_dflash_logits(model, target, ids[None], ANCHORS)) for ids in sequences]
+
+
+def test_speculators_computes_our_dflash_export_exactly(dflash_exported):
+    from safetensors.torch import load_file
+    from speculators.models.dflash import DFlashDraftModel
+
+    target, drafter, out, sequences = dflash_exported
+    config = json.loads((out / "config.json").read_text())
+    assert config["speculators_model_type"] == "dflash" and config["sample_from_anchor"] is False
+    assert config["aux_hidden_state_layer_ids"] == to_format_layer_ids("speculators", drafter.layer_ids) \
+        == [i + 1 for i in drafter.layer_ids]
+    assert (config["block_size"], config["mask_token_id"]) == (drafter.config.block_size, drafter.mask_token_id)
+    assert config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == drafter.config.block_size - 1
+    assert not any("embed" in name or "lm_head" in name for name in load_file(str(out / "model.safetensors")))
+    model = load_speculators_dflash(out)
+    assert type(model) is DFlashDraftModel
+    # neither is stored: the library fills both from the verifier folder the config names
+    assert torch.equal(model.embed_tokens.weight, target.model.get_input_embeddings().weight)
+    assert torch.equal(model.lm_head.weight, target.model.get_output_embeddings().weight)
+    results = dflash_parity(target, drafter, out, sequences)
+    assert all(r["argmax_agreement"] == 1.0 and r["max_abs_difference"] < 1e-3 for r in results), results
+    readme = (out / "README.md").read_text()
+    assert "DFlashDraftModel.from_pretrained" in readme and "fills both from the verifier" in readme
+
+
+def test_dflash_layer_ids_in_the_reference_convention_fail_the_harness_and_the_round_trip(dflash_exported, tmp_path):
+    """The DFlash reference's ids (layer outputs, unshifted) written into the speculators layout: the library reads
+    the stream entering each layer, one layer early, and drafts other logits."""
+    target, drafter, out, sequences = dflash_exported
+    rewrite_config(out, tmp_path / "off", lambda c: c.update(aux_hidden_state_layer_ids=list(drafter.layer_ids)))
+    assert max(r["max_abs_difference"] for r in dflash_parity(target, drafter, tmp_path / "off", sequences)) > 1e-2
+    from safetensors.torch import load_file
+
+    meta = json.loads((out.parent / "best" / "config.json").read_text())
+    with pytest.raises(ex.DraftsmithError, match="does not convert back"):
+        dflash_export.check_speculators_round_trip(tmp_path / "off", meta,
+                                                   load_file(str(out.parent / "best" / "model.safetensors")))
+
+
+BROKEN_DFLASH = {
+    "sample_from_anchor left to the default": (lambda c: c.pop("sample_from_anchor"), "config keys must be exactly"),
+    "an unknown key": (lambda c: c.update(eagle_aux_hidden_state_layer_ids=[2, 3, 4]), "unknown"),
+    "sample_from_anchor true": (lambda c: c.update(sample_from_anchor=True), "sample_from_anchor .* must be written"),
+    "a draft vocabulary": (lambda c: c.update(draft_vocab_size=100), "draft_vocab_size"),
+    "the last layer's output": (lambda c: c["aux_hidden_state_layer_ids"].append(8), "aux_hidden_state_layer_ids"),
+    "sliding-window draft layers": (lambda c: c["transformer_layer_config"].update(layer_types=["sliding_attention"]),
+                                    "attend fully"),
+    "a llama layer config": (lambda c: c["transformer_layer_config"].update(model_type="llama"), "qwen3 config"),
+    "a block too small": (lambda c: c.update(block_size=1), "block_size"),
+    "more tokens than the block drafts": (
+        lambda c: c["speculators_config"]["proposal_methods"][0].update(speculative_tokens=9), "speculative_tokens"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN_DFLASH))
+def test_the_speculators_dflash_validator_refuses_what_the_library_would_read_otherwise(dflash_exported, tmp_path, case):
+    target, drafter, out, _ = dflash_exported
+    change, message = BROKEN_DFLASH[case]
+    rewrite_config(out, tmp_path / "broken", change)
+    with pytest.raises(ex.DraftsmithError, match=message):
+        dflash_export.validate_speculators(tmp_path / "broken", target.num_layers)
+    dflash_export.validate_speculators(out, target.num_layers)  # the export itself passes
+
+
+def test_the_speculators_dflash_validator_refuses_stored_target_parts_and_missing_weights(dflash_exported, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    target, _, out, _ = dflash_exported
+    for name, change in {"embed_tokens.weight: not a parameter": lambda t: t.update(
+            {"embed_tokens.weight": target.model.get_input_embeddings().weight.detach().clone()}),
+            "fc.weight: missing": lambda t: t.pop("fc.weight")}.items():
+        shutil.rmtree(tmp_path / "broken", ignore_errors=True)
+        shutil.copytree(out, tmp_path / "broken")
+        tensors = load_file(str(out / "model.safetensors"))
+        change(tensors)
+        save_file(tensors, str(tmp_path / "broken" / "model.safetensors"))
+        with pytest.raises(ex.DraftsmithError, match=name):
+            dflash_export.validate_speculators(tmp_path / "broken", target.num_layers)
+
+
+def test_a_speculators_dflash_export_refuses_include_embedding_and_a_longer_draft(dflash_exported, tmp_path):
+    target, drafter, out, _ = dflash_exported
+    best = out.parent / "best"
+    with pytest.raises(ex.DraftsmithError, match="refills it"):
+        ex.export(best, "speculators", tmp_path / "a", include_embedding=True)
+    with pytest.raises(ex.DraftsmithError, match=f"drafts {drafter.config.block_size - 1} tokens at most"):
+        ex.export(best, "speculators", tmp_path / "b", speculative_tokens=drafter.config.block_size)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

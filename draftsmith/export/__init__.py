@@ -6,7 +6,8 @@ model card (`card.py`):
 - `hf.py`: `hf`, the plain `transformers` folder of a distilled draft LM;
 - `mtp.py`: `speculators`, the speculators `mtp` layout of an MTP drafter (one shared module);
 - `medusa.py`: `medusa`, vLLM's Medusa layout of Medusa heads;
-- `dflash.py`: `dflash`, the DFlash reference layout (`DFlashDraftModel`) of a DFlash drafter;
+- `dflash.py`: `dflash`, the DFlash reference layout (`DFlashDraftModel`) of a DFlash drafter, and `speculators`,
+  the speculators `dflash` layout (`dspark` for the DSpark variant);
 - `native.py`: `draftsmith`, draftsmith's own folder of any kind, with a card (what `draftsmith eval` reads).
 
 Every writer fills a staging folder next to the destination, validates what it wrote by reading it
@@ -31,7 +32,7 @@ from draftsmith.files import replace_folder
 WRITERS = {"eagle": "draftsmith.export.eagle3", "draft_lm": "draftsmith.export.hf", "mtp": "draftsmith.export.mtp",
            "medusa": "draftsmith.export.medusa", "dflash": "draftsmith.export.dflash"}
 """drafter kind (config.json `draftsmith_kind`) -> the module that writes its formats"""
-FORMATS = {"speculators": ("eagle", "mtp"), "sglang": ("eagle",), "hf": ("draft_lm",), "medusa": ("medusa",),
+FORMATS = {"speculators": ("eagle", "mtp", "dflash"), "sglang": ("eagle",), "hf": ("draft_lm",), "medusa": ("medusa",),
            "dflash": ("dflash",), "draftsmith": tuple(WRITERS)}
 """export format -> the drafter kinds it is for (speculators has a layout per kind)"""
 FORMAT_WRITERS = {"draftsmith": "draftsmith.export.native"}
@@ -119,19 +120,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Convert a drafter checkpoint into the folder layout a serving engine loads, validate it "
         "field by field, check the round trip, write a model card with measured results, and optionally push it "
         "to the Hugging Face Hub. EAGLE-3 drafters export as speculators or sglang; draft LMs as hf; MTP as "
-        "speculators (one shared module, Qwen3-family targets); Medusa as medusa; DFlash as dflash; any kind as "
-        "draftsmith.",
+        "speculators (one shared module, Qwen3-family targets); Medusa as medusa; DFlash as dflash or speculators "
+        "(DSpark: speculators only); any kind as draftsmith.",
     )
     parser.add_argument("checkpoint", help="drafter checkpoint folder written by `draftsmith train`")
     parser.add_argument("--format", required=True, choices=list(FORMATS),
-                        help="speculators (vLLM: EAGLE-3, or MTP with one shared module), sglang (SGLang native EAGLE-3), hf (a draft LM as a plain "
+                        help="speculators (vLLM: EAGLE-3, MTP with one shared module, DFlash or DSpark), sglang (SGLang native EAGLE-3), hf (a draft LM as a plain "
                         "transformers folder: assistant_model, vLLM draft_model), medusa (vLLM's Medusa layout; Medusa-2 adds its "
                         "tuned target), dflash (the DFlash reference's DFlashDraftModel) or draftsmith (draftsmith's own "
                         "folder, any kind)")
     parser.add_argument("--out", required=True, help="folder to create (must not exist, or be empty)")
     parser.add_argument("--speculative-tokens", type=int,
                         help="draft length written into the config and the serving commands (default: the draft "
-                        "length of the reported eval run, else 3)")
+                        "length of the reported eval run, else 3; DFlash/DSpark: block size - 1)")
     parser.add_argument("--eval-results", help="results.json (or its folder) from `draftsmith eval` for the card; "
                         "default: the newest results.json under the checkpoint folder or in the run's eval/ folder beside it")
     parser.add_argument("--verifier", help="hub id of the target to write into the config and card (default: the "

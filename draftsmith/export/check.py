@@ -21,7 +21,9 @@ FORMATS = ("speculators", "sglang")
 # The one place where each format's layer-id convention is written down (DESIGN §4).
 # draftsmith id i = the output of 0-based decoder layer i.
 # - vLLM collects aux state i as the hidden stream *entering* layer i (= output of layer i-1) and
-#   uses config ids as they are, so the speculators config holds our id + 1.
+#   uses config ids as they are, so the speculators config holds our id + 1. The speculators library
+#   reads every layout's ids this way (HF `hidden_states[id]`): EAGLE-3's eagle_aux_hidden_state_layer_ids
+#   and DFlash/DSpark's aux_hidden_state_layer_ids (its converter turns a DFlash reference id i into i + 1).
 # - SGLang adds 1 to the config ids itself before capturing "before layer id+1", so the SGLang
 #   config holds our ids unchanged. Since sgl-project/sglang#25454 (2026-05) it adds 1 only when
 #   the first id is 1 and otherwise reads the ids as capture-before ids; old and new SGLang agree

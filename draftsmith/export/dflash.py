@@ -1,11 +1,25 @@
-"""`dflash` exports: a DFlash drafter in the layout of the DFlash reference code (`DFlashDraftModel`, DESIGN §4).
+"""`dflash` and `speculators` exports of DFlash drafters (DESIGN §4): the DFlash reference layout, and the speculators
+library's `dflash` layout (its `dspark` layout for variant dspark).
 
-The reference builds `DFlashDraftModel` from a Qwen3 config with `num_hidden_layers` draft layers, top-level
-`block_size`, `dflash_config: {mask_token_id, target_layer_ids}` (and `num_target_layers`, its fallback), and
-loads `fc`, `hidden_norm`, `norm` and `layers.{i}.{self_attn,mlp,input_layernorm,post_attention_layernorm}.*`;
-the target's embedding and lm_head are not stored (it reads them from the target). Our draft layers use the
-same names and compute the same thing, so the tensors go across unchanged. The validator checks the folder
-against exactly the parameters that config builds; the round trip gives back the checkpoint's tensors and ids.
+Reference layout (`--format dflash`): the reference builds `DFlashDraftModel` from a Qwen3 config with
+`num_hidden_layers` draft layers, top-level `block_size`, `dflash_config: {mask_token_id, target_layer_ids}` (and
+`num_target_layers`, its fallback), and loads `fc`, `hidden_norm`, `norm` and
+`layers.{i}.{self_attn,mlp,input_layernorm,post_attention_layernorm}.*`; the target's embedding and lm_head are not
+stored (it reads them from the target). Our draft layers use the same names and compute the same thing, so the
+tensors go across unchanged.
+
+speculators layout (`--format speculators`, speculators 0.9.0 `models/dflash`, `models/dspark`): `config.json` holds
+`speculators_model_type`, `transformer_layer_config` (the draft layers' Qwen3 config), `aux_hidden_state_layer_ids` in
+the library's convention (`check.LAYER_ID_SHIFT["speculators"]`), `mask_token_id`, `block_size`, `draft_vocab_size` =
+the target's vocabulary (so no d2t/t2d), and `sample_from_anchor: false`: block position 0 is the last committed
+token and positions 1..B-1 are drafted, our layout (the library's DSpark defaults to true, so it is always written).
+The body keeps our tensor names; DSpark's heads are renamed into the library's `markov_head` / `confidence_head`
+(vanilla Markov head, confidence on [normed hidden; markov_w1 row]). Embedding and lm_head are not stored, as the
+library's own full-vocabulary checkpoints: each time it loads the folder it refills both from the verifier named in
+the config, overwriting any stored copy.
+
+Each layout is validated against exactly the parameters its config builds, and the round trip gives back the
+checkpoint's tensors, layer ids, mask id and block size.
 """
 
 from __future__ import annotations
@@ -19,39 +33,37 @@ from safetensors.torch import load_file, save_file
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.export import card
+from draftsmith.export.check import format_layer_id_range, from_format_layer_ids, to_format_layer_ids
 
-FORMATS = ("dflash",)
+FORMATS = ("dflash", "speculators")
 LAYER_ID_OFFSET = 0
 """DFlash configs list the layers whose *outputs* are read (`hidden_states[id + 1]`): our convention, unshifted"""
 DFLASH_KEYS = {"mask_token_id", "target_layer_ids"}
+SPECULATORS_KEYS = {"speculators_model_type", "architectures", "transformer_layer_config", "draft_vocab_size",
+                    "target_hidden_size", "block_size", "aux_hidden_state_layer_ids", "mask_token_id",
+                    "sliding_window_non_causal", "sample_from_anchor", "speculators_config"}
+"""what speculators' DFlashSpeculatorConfig saves (its `to_diff_dict`, less the version stamps)"""
+DSPARK_HEADS = {"markov_rank": None, "markov_head_type": "vanilla", "enable_confidence_head": True,
+                "confidence_head_with_markov": True}
+"""DSparkSpeculatorConfig's extra keys, with the values our DSpark heads are (markov_rank: the checkpoint's)"""
+ARCHITECTURES = {"dflash": "DFlashSpeculator", "dspark": "DSparkSpeculator"}
+HEAD_NAMES = {"markov_w1.weight": "markov_head.markov_w1.weight", "markov_w2.weight": "markov_head.markov_w2.weight",
+              "confidence.weight": "confidence_head.proj.weight", "confidence.bias": "confidence_head.proj.bias"}
+"""our DSpark heads' tensors -> the speculators library's names"""
 
 
-@dataclass(kw_only=True)
-class DFlashCard(card.SharedFacts):
-    """What the card of a DFlash export states."""
-
-    block_size: int
-    num_layers: int
-    target_layer_ids: list[int]
-    parameters: int
+def variant(meta: dict) -> str:
+    """dflash or dspark (checkpoints written before DSpark existed are dflash)."""
+    return meta["config"].get("variant", "dflash")
 
 
-def reference_config(meta: dict) -> dict:
-    """config.json of the DFlash reference layout for a draftsmith dflash folder's config.json."""
-    config = {k: v for k, v in meta["layer_config"].items() if k not in ("architectures", "transformers_version")}
-    ids = [i + LAYER_ID_OFFSET for i in meta["target_layer_ids"]]
-    return {**config, "architectures": ["DFlashDraftModel"], "num_hidden_layers": meta["config"]["num_layers"],
-            "num_target_layers": meta["num_target_layers"], "block_size": meta["config"]["block_size"],
-            "dflash_config": {"mask_token_id": meta["mask_token_id"], "target_layer_ids": ids}}
-
-
-def expected_shapes(config: dict) -> dict[str, tuple[int, ...]]:
-    """Every parameter the reference's `DFlashDraftModel` builds from `config`, with its shape."""
-    H, d = config["hidden_size"], config["head_dim"]
-    q, kv, inner = config["num_attention_heads"] * d, config["num_key_value_heads"] * d, config["intermediate_size"]
-    n = len(config["dflash_config"]["target_layer_ids"])
-    shapes = {"fc.weight": (H, n * H), "hidden_norm.weight": (H,), "norm.weight": (H,)}
-    for i in range(config["num_hidden_layers"]):
+# --------------------------------------------------------------------------- what each layout builds
+def layer_shapes(layer: dict, num_context_layers: int) -> dict[str, tuple[int, ...]]:
+    """The DFlash body (fc, hidden_norm, norm, draft layers) that a Qwen3 `layer` config builds, with shapes."""
+    H, d = layer["hidden_size"], layer["head_dim"]
+    q, kv, inner = layer["num_attention_heads"] * d, layer["num_key_value_heads"] * d, layer["intermediate_size"]
+    shapes = {"fc.weight": (H, num_context_layers * H), "hidden_norm.weight": (H,), "norm.weight": (H,)}
+    for i in range(layer["num_hidden_layers"]):
         p = f"layers.{i}."
         shapes.update({p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
                        p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
@@ -60,6 +72,55 @@ def expected_shapes(config: dict) -> dict[str, tuple[int, ...]]:
                        p + "mlp.down_proj.weight": (H, inner), p + "input_layernorm.weight": (H,),
                        p + "post_attention_layernorm.weight": (H,)})
     return shapes
+
+
+def expected_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    """Every parameter the reference's `DFlashDraftModel` builds from `config`, with its shape."""
+    return layer_shapes(config, len(config["dflash_config"]["target_layer_ids"]))
+
+
+def speculators_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    """Every parameter speculators' DFlash/DSpark model builds from `config` and saves (a full-vocabulary draft saves
+    no embedding, lm_head or verifier copies), with its shape."""
+    layer = config["transformer_layer_config"]
+    shapes = layer_shapes(layer, len(config["aux_hidden_state_layer_ids"]))
+    if config["speculators_model_type"] == "dspark":
+        r, H = config["markov_rank"], layer["hidden_size"]
+        shapes.update({"markov_head.markov_w1.weight": (layer["vocab_size"], r),
+                       "markov_head.markov_w2.weight": (config["draft_vocab_size"], r),
+                       "confidence_head.proj.weight": (1, H + r), "confidence_head.proj.bias": (1,)})
+    return shapes
+
+
+def check_tensors(folder: Path, expected: dict[str, tuple[int, ...]], model: str) -> list[str]:
+    """Problems of the folder's tensors against exactly `expected` (names, shapes, finite values)."""
+    tensors = load_file(str(folder / "model.safetensors"))
+    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+    problems = [f"{name}: missing" for name in sorted(set(expected) - set(shapes))]
+    problems += [f"{name}: not a parameter {model} has" for name in sorted(set(shapes) - set(expected))]
+    problems += [f"{name}: shape {shapes[name]}, expected {shape}" for name, shape in expected.items()
+                 if name in shapes and shapes[name] != shape]
+    return problems + [f"{name} holds NaN or inf" for name, t in tensors.items()
+                       if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+
+
+def full_attention_problems(layer: dict) -> list[str]:
+    """The draft layers must attend fully and without bias, as ours do."""
+    sliding = layer.get("use_sliding_window") or any(t != "full_attention" for t in layer.get("layer_types") or [])
+    if layer.get("attention_bias") or sliding or layer.get("is_causal"):
+        return ["the draft layers attend fully, without bias (attention_bias, use_sliding_window, layer_types, "
+                "is_causal)"]
+    return []
+
+
+# --------------------------------------------------------------------------- the DFlash reference layout
+def reference_config(meta: dict) -> dict:
+    """config.json of the DFlash reference layout for a draftsmith dflash folder's config.json."""
+    config = {k: v for k, v in meta["layer_config"].items() if k not in ("architectures", "transformers_version")}
+    ids = [i + LAYER_ID_OFFSET for i in meta["target_layer_ids"]]
+    return {**config, "architectures": ["DFlashDraftModel"], "num_hidden_layers": meta["config"]["num_layers"],
+            "num_target_layers": meta["num_target_layers"], "block_size": meta["config"]["block_size"],
+            "dflash_config": {"mask_token_id": meta["mask_token_id"], "target_layer_ids": ids}}
 
 
 def validate(folder: Path) -> None:
@@ -72,18 +133,12 @@ def validate(folder: Path) -> None:
         problems.append(f"dflash_config must hold exactly {sorted(DFLASH_KEYS)}")
     if not isinstance(config.get("block_size"), int) or config["block_size"] < 2:
         problems.append("block_size must be an integer >= 2")
-    if config.get("attention_bias") or config.get("use_sliding_window") or config.get("is_causal"):
-        problems.append("the draft layers attend fully, without bias (attention_bias, use_sliding_window, is_causal)")
+    problems += full_attention_problems(config)
     if not problems:
         ids = config["dflash_config"]["target_layer_ids"]
         if any(not 0 <= i < config["num_target_layers"] for i in ids):
             problems.append(f"target_layer_ids {ids} outside the target's layers 0..{config['num_target_layers'] - 1}")
-        expected = expected_shapes(config)
-        shapes = {name: tuple(t.shape) for name, t in load_file(str(folder / "model.safetensors")).items()}
-        problems += [f"{name}: missing" for name in sorted(set(expected) - set(shapes))]
-        problems += [f"{name}: not a parameter DFlashDraftModel has" for name in sorted(set(shapes) - set(expected))]
-        problems += [f"{name}: shape {shapes[name]}, expected {shape}" for name, shape in expected.items()
-                     if name in shapes and shapes[name] != shape]
+        problems += check_tensors(folder, expected_shapes(config), "DFlashDraftModel")
     if problems:
         raise DraftsmithError(f"The dflash export in '{folder}' is not what DFlashDraftModel loads: " + "; ".join(problems))
 
@@ -99,34 +154,190 @@ def check_round_trip(folder: Path, meta: dict, tensors: dict[str, torch.Tensor])
         raise DraftsmithError(f"The dflash export in '{folder}' does not convert back to the checkpoint.")
 
 
+# --------------------------------------------------------------------------- the speculators dflash / dspark layouts
+def speculators_config(meta: dict, verifier: str, speculative_tokens: int) -> dict:
+    """config.json of speculators' `dflash` layout (`dspark` for variant dspark) for a draftsmith dflash folder."""
+    kind, size = variant(meta), meta["config"]["block_size"]
+    layer = {k: v for k, v in meta["layer_config"].items() if k not in ("architectures", "transformers_version")}
+    config = {
+        "speculators_model_type": kind, "architectures": [ARCHITECTURES[kind]],
+        "transformer_layer_config": {**layer, "num_hidden_layers": meta["config"]["num_layers"]},
+        "draft_vocab_size": meta["vocab_size"], "target_hidden_size": meta["hidden_size"], "block_size": size,
+        "aux_hidden_state_layer_ids": to_format_layer_ids("speculators", meta["target_layer_ids"]),
+        "mask_token_id": meta["mask_token_id"], "sliding_window_non_causal": False, "sample_from_anchor": False,
+        "speculators_config": {
+            "algorithm": kind, "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
+                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": verifier, "architectures": list(meta.get("target_architectures") or [])},
+        },
+    }
+    if kind == "dspark":
+        config.update({**DSPARK_HEADS, "markov_rank": meta["config"]["markov_rank"]})
+    return config
+
+
+def validate_speculators(folder: Path, num_target_layers: int) -> None:
+    """The folder is what speculators' DFlash/DSpark model loads, read as we mean it: exactly its keys, our block
+    layout, the target's full vocabulary, capturable layer ids, a full-attention Qwen3 layer config, its parameters."""
+    config = json.loads((folder / "config.json").read_text())
+    kind, problems = config.get("speculators_model_type"), []
+    if kind not in ARCHITECTURES:
+        raise DraftsmithError(f"'{folder}' is not a speculators dflash or dspark export (speculators_model_type "
+                              f"{kind!r}).")
+    keys = SPECULATORS_KEYS | (set(DSPARK_HEADS) if kind == "dspark" else set())
+    if set(config) != keys:
+        problems.append(f"config keys must be exactly {sorted(keys)} (missing {sorted(keys - set(config))}, unknown "
+                        f"{sorted(set(config) - keys)})")
+    layer, spec = config.get("transformer_layer_config") or {}, config.get("speculators_config") or {}
+    if config.get("architectures") != [ARCHITECTURES[kind]] or spec.get("algorithm") != kind:
+        problems.append(f"architectures and speculators_config.algorithm must be [{ARCHITECTURES[kind]!r}] and {kind!r}")
+    if layer.get("model_type") != "qwen3":
+        problems.append("transformer_layer_config must be a qwen3 config (the library's DFlash layers are Qwen3 layers)")
+    problems += full_attention_problems(layer)
+    if config.get("sample_from_anchor") is not False or config.get("sliding_window_non_causal") is not False:
+        problems.append("sample_from_anchor and sliding_window_non_causal must be written as false (block position 0 "
+                        "is the last committed token; the DSpark default is true)")
+    if config.get("draft_vocab_size") != layer.get("vocab_size") or config.get("target_hidden_size") != layer.get("hidden_size"):
+        problems.append("draft_vocab_size and target_hidden_size must be the target's vocabulary and hidden size "
+                        "(the drafter reads the target's embedding and lm_head)")
+    size = config.get("block_size")
+    if not isinstance(size, int) or size < 2:
+        problems.append("block_size must be an integer >= 2")
+    elif not 1 <= ((spec.get("proposal_methods") or [{}])[0].get("speculative_tokens") or 0) <= size - 1:
+        problems.append(f"speculative_tokens must lie in 1..{size - 1} (block_size - 1 positions are drafted)")
+    if not isinstance(config.get("mask_token_id"), int) or not 0 <= config["mask_token_id"] < (layer.get("vocab_size") or 0):
+        problems.append("mask_token_id must be a token id of the target's vocabulary")
+    ids, valid = config.get("aux_hidden_state_layer_ids"), format_layer_id_range("speculators", num_target_layers)
+    if not isinstance(ids, list) or not ids or len(set(ids)) != len(ids) or any(i not in valid for i in ids):
+        problems.append(f"aux_hidden_state_layer_ids {ids} must be distinct ids in {valid.start}..{valid.stop - 1} "
+                        f"for a {num_target_layers}-layer target")
+    if not (spec.get("verifier") or {}).get("name_or_path"):
+        problems.append("speculators_config.verifier.name_or_path is missing (the library reads the embedding and "
+                        "lm_head from it)")
+    if kind == "dspark" and any(config.get(k) != v for k, v in DSPARK_HEADS.items() if v is not None):
+        problems.append(f"the DSpark heads must be {', '.join(f'{k}: {v}' for k, v in DSPARK_HEADS.items() if v is not None)}")
+    if not problems:
+        problems += check_tensors(folder, speculators_shapes(config), f"speculators' {kind} model")
+    if problems:
+        raise DraftsmithError(f"The speculators {kind} export in '{folder}' is not what the library loads as this "
+                              "drafter: " + "; ".join(problems))
+
+
+def speculators_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Our tensors in the library's names (the body keeps ours; DSpark's heads move into its head modules)."""
+    return {HEAD_NAMES.get(name, name): tensor.contiguous() for name, tensor in tensors.items()}
+
+
+def check_speculators_round_trip(folder: Path, meta: dict, tensors: dict[str, torch.Tensor]) -> None:
+    """Read back from the library's fields only, the folder is the checkpoint: tensors, layer ids, mask id, block
+    size, variant, Markov rank and the draft-layer config."""
+    config = json.loads((folder / "config.json").read_text())
+    ours = {v: k for k, v in HEAD_NAMES.items()}
+    back = {ours.get(name, name): t for name, t in load_file(str(folder / "model.safetensors")).items()}
+    same = set(back) == set(tensors) and all(torch.equal(back[n], tensors[n]) for n in tensors)
+    same &= from_format_layer_ids("speculators", config["aux_hidden_state_layer_ids"]) == meta["target_layer_ids"]
+    same &= (config["mask_token_id"], config["block_size"]) == (meta["mask_token_id"], meta["config"]["block_size"])
+    same &= config["speculators_model_type"] == variant(meta) and config.get("markov_rank") == \
+        (meta["config"]["markov_rank"] if variant(meta) == "dspark" else None)
+    layer = config["transformer_layer_config"]
+    same &= all(layer[k] == v for k, v in meta["layer_config"].items() if k in layer)
+    if not same:
+        raise DraftsmithError(f"The speculators export in '{folder}' does not convert back to the checkpoint.")
+
+
+# --------------------------------------------------------------------------- export
 def write(checkpoint: Path, fmt: str, staging: Path, options) -> DFlashCard:
-    """Write the DFlash reference layout into `staging`, validate it, check the round trip, add the card."""
+    """Write `fmt` of the DFlash checkpoint into `staging`, validate it, check the round trip, add the card."""
     meta = json.loads((checkpoint / "config.json").read_text())
     tensors = load_file(str(checkpoint / "model.safetensors"))
-    (staging / "config.json").write_text(json.dumps(reference_config(meta), indent=2) + "\n")
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(staging / "model.safetensors"),
-              metadata={"format": "pt"})
-    validate(staging)
-    check_round_trip(staging, meta, tensors)
+    if options.include_embedding:
+        raise DraftsmithError("--include-embedding is for EAGLE-3 drafters: the DFlash reference reads the target's "
+                              "embedding, and speculators' DFlash/DSpark model refills it (and the lm_head) from the "
+                              "verifier every time it loads, overwriting a stored copy.")
+    kind, size = variant(meta), meta["config"]["block_size"]
     shared, results_path = card.shared_facts(checkpoint, options, "dflash", "is DFlash", meta.get("target_name"))
-    facts = DFlashCard(**shared, block_size=meta["config"]["block_size"], num_layers=meta["config"]["num_layers"],
-                       target_layer_ids=meta["target_layer_ids"], parameters=sum(t.numel() for t in tensors.values()))
+    if fmt == "speculators":
+        tokens = options.speculative_tokens or size - 1
+        if not 1 <= tokens <= size - 1:
+            raise DraftsmithError(f"--speculative-tokens {tokens}: a block of {size} drafts {size - 1} tokens at most.")
+        config = speculators_config(meta, shared["verifier"], tokens)
+        exported = speculators_tensors(tensors)
+        ids = config["aux_hidden_state_layer_ids"]
+    else:
+        if kind != "dflash":
+            raise DraftsmithError(f"'{checkpoint}' is a {kind} drafter; the DFlash reference layout has no Markov or "
+                                  "confidence head. Export it with --format speculators (the speculators dspark layout).")
+        tokens, config, exported = size - 1, reference_config(meta), tensors
+        ids = config["dflash_config"]["target_layer_ids"]
+    (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file({k: v.contiguous() for k, v in exported.items()}, str(staging / "model.safetensors"),
+              metadata={"format": "pt"})
+    if fmt == "speculators":
+        validate_speculators(staging, meta["num_target_layers"])
+        check_speculators_round_trip(staging, meta, tensors)
+    else:
+        validate(staging)
+        check_round_trip(staging, meta, tensors)
+    facts = DFlashCard(**shared, fmt=fmt, variant=kind, block_size=size, speculative_tokens=tokens,
+                       num_layers=meta["config"]["num_layers"], target_layer_ids=meta["target_layer_ids"],
+                       format_layer_ids=ids, parameters=sum(t.numel() for t in tensors.values()))
     return card.finish_card(staging, facts, results_path, render_card)
+
+
+# --------------------------------------------------------------------------- the model card
+@dataclass(kw_only=True)
+class DFlashCard(card.SharedFacts):
+    """What the card of a DFlash (or DSpark) export states."""
+
+    fmt: str
+    variant: str
+    block_size: int
+    speculative_tokens: int
+    num_layers: int
+    target_layer_ids: list[int]
+    format_layer_ids: list[int]
+    parameters: int
 
 
 def render_card(facts: DFlashCard) -> str:
     """README.md of a DFlash export: metadata, what it is, training, results, loading."""
+    name = "DSpark" if facts.variant == "dspark" else "DFlash"
+    layout = "DFlash reference (`DFlashDraftModel`)" if facts.fmt == "dflash" else f"speculators `{facts.variant}`"
     about = [
-        f"# DFlash drafter for {facts.verifier}", "",
-        (f"A DFlash block-diffusion drafter trained with draftsmith on the frozen `{facts.verifier}`: from the target's "
-        f"features at layers {facts.target_layer_ids} (layer outputs) it drafts a block of {facts.block_size - 1} tokens "
-        "in one forward pass; the target verifies them in one pass, so the output is exactly the target's own."), "",
-        "| | |", "|---|---|", f"| block size | {facts.block_size} |", f"| draft layers | {facts.num_layers} |",
-        f"| parameters | {facts.parameters:,} |", "| format | DFlash reference (`DFlashDraftModel`) |", ""]
-    loading = ["## Loading", "", "```python", "from dflash.model import DFlashDraftModel", "",
-               f"drafter = DFlashDraftModel.from_pretrained({facts.model_ref!r})",
-               "# drafter.spec_generate(target, input_ids, max_new_tokens, stop_token_ids)", "```", ""]
-    tags = ["speculative-decoding", "dflash", "draftsmith"]
+        f"# {name} drafter for {facts.verifier}", "",
+        (f"A {name} block-diffusion drafter trained with draftsmith on the frozen `{facts.verifier}`: from the "
+         f"target's features at layers {facts.target_layer_ids} (layer outputs) it drafts a block of "
+         f"{facts.block_size - 1} tokens in one forward pass; the target verifies them in one pass, so the output is "
+         "exactly the target's own."), ""]
+    if facts.variant == "dspark":
+        about += ["Its two small heads: a Markov head adds a low-rank logit bias from the token drafted just before "
+                  "each position, and a confidence head predicts whether each position will be accepted.", ""]
+    convention = "layer outputs, as the reference reads them" if facts.fmt == "dflash" else \
+        "+1: the library reads HF `hidden_states[id]`, the stream entering layer id"
+    about += ["| | |", "|---|---|", f"| block size | {facts.block_size} |", f"| draft layers | {facts.num_layers} |",
+              f"| target layer ids in config.json | {facts.format_layer_ids} ({convention}) |",
+              f"| parameters | {facts.parameters:,} |", f"| format | {layout} |", ""]
+    if facts.fmt == "speculators":
+        about += [f"The target's embedding and lm_head are not stored, as in the speculators library's own "
+                  f"full-vocabulary checkpoints: each time the library loads this folder it fills both from the "
+                  f"verifier named in config.json (`{facts.verifier}`), which must then be readable (a hub id with "
+                  "network access, or a local folder); it would overwrite a stored copy. Block position 0 is the "
+                  "last accepted token (`sample_from_anchor: false`).", ""]
+        module = "dspark" if facts.variant == "dspark" else "dflash"
+        model = "DSparkDraftModel" if facts.variant == "dspark" else "DFlashDraftModel"
+        loading = ["## Loading", "", "```python", f"from speculators.models.{module} import {model}", "",
+                   f"drafter = {model}.from_pretrained({facts.model_ref!r})", "```", "",
+                   "This folder is checked against the speculators library (0.9.0) only. vLLM reads speculators "
+                   f"`{facts.variant}` folders in the versions that support the type:", "", "```bash",
+                   f"vllm serve {facts.verifier} --speculative-config '{{\"model\": \"{facts.model_ref}\", "
+                   f"\"num_speculative_tokens\": {facts.speculative_tokens}}}'", "```", ""]
+    else:
+        about += ["The target's embedding and lm_head are not stored; the reference reads them from the target.", ""]
+        loading = ["## Loading", "", "```python", "from dflash.model import DFlashDraftModel", "",
+                   f"drafter = DFlashDraftModel.from_pretrained({facts.model_ref!r})",
+                   "# drafter.spec_generate(target, input_ids, max_new_tokens, stop_token_ids)", "```", ""]
+    tags = ["speculative-decoding", facts.variant, "draftsmith"] + (["speculators"] if facts.fmt == "speculators" else [])
     return "\n".join([card.front_matter(tags, facts.verifier, card.is_hub_id(facts.verifier), facts.license),
                       "\n".join(about), card.training_section(facts.training),
                       card.results_section(facts.results, facts.results_source, facts.plots),
