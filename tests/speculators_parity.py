@@ -124,16 +124,24 @@ def speculators_dflash_logits(model, target, input_ids: torch.Tensor, anchors: l
 
 def ours_dflash_logits(drafter, target, input_ids: torch.Tensor, anchors: list[int]) -> dict[str, torch.Tensor]:
     """Our proposer's draft logits [N, B-1, V] (the decode path) for the block at each anchor a: committed tokens
-    0..a, the target's features of positions 0..a-1."""
+    0..a, the target's features of positions 0..a-1. DSpark: plus the Markov bias, and the confidence logits
+    [N, B-1], of the sequence's own tokens as the previous block tokens (x_a, x_{a+1}, ...: teacher forced, as the
+    library computes them)."""
     from draftsmith.drafters import DecodeState
 
-    logits = []
+    out: dict[str, list] = {"logits": [], "confidence": []}
     with torch.no_grad():
         for a in anchors:
             tokens = input_ids[:, : a + 1]
             features = target.forward(tokens[:, :-1], layers=drafter.required_layers, logits=False).features
-            logits.append(drafter.proposer(target).block_logits(DecodeState(tokens, features)))
-    return {"logits": torch.stack(logits).float()}
+            hidden = drafter.proposer(target).block_hidden(DecodeState(tokens, features))[1:]
+            logits = drafter.logits(hidden)
+            if drafter.dspark:
+                bias, confidence = drafter.markov(hidden, input_ids[0, a : a + len(hidden)])
+                logits = logits + bias
+                out["confidence"].append(confidence)
+            out["logits"].append(logits)
+    return {name: torch.stack(values).float() for name, values in out.items() if values}
 
 
 def compare_blocks(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]) -> dict:

@@ -219,3 +219,68 @@ def test_a_speculators_dflash_export_refuses_include_embedding_and_a_longer_draf
     with pytest.raises(ex.DraftsmithError, match=f"drafts {drafter.config.block_size - 1} tokens at most"):
         ex.export(best, "speculators", tmp_path / "b", speculative_tokens=drafter.config.block_size)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+# --------------------------------------------------------------------------- DSpark (speculators `dspark` layout)
+@pytest.fixture(scope="module")
+def dspark_exported(tmp_path_factory):
+    """A tiny Qwen3 target saved as the verifier, a DSpark drafter whose Markov head is large enough to move the
+    logits (its training starts it at zero), and its speculators export."""
+    root = tmp_path_factory.mktemp("dspark")
+    target = tiny_target("qwen3")
+    target.name = save_target(target, root / "target")
+    drafter = trained_dflash(target, root / "best", block_size=6, num_layers=1, variant="dspark", markov_rank=16)
+    generator = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for parameter in (drafter.markov_w1.weight, drafter.markov_w2.weight):
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    drafter.save_pretrained(root / "best")
+    out = ex.export(root / "best", "speculators", root / "export")
+    sequences = torch.randint(0, 256, (3, 24), generator=torch.Generator().manual_seed(1))
+    return target, drafter, out, sequences
+
+
+def test_speculators_computes_our_dspark_export_exactly(dspark_exported):
+    """The library's DSparkDraftModel gives our Markov-biased logits and our confidence logits at every position."""
+    from speculators.models.dspark import DSparkDraftModel
+
+    target, drafter, out, sequences = dspark_exported
+    config = json.loads((out / "config.json").read_text())
+    assert config["speculators_model_type"] == "dspark" and config["sample_from_anchor"] is False
+    assert (config["markov_rank"], config["markov_head_type"], config["confidence_head_with_markov"]) == \
+        (16, "vanilla", True)
+    model = load_speculators_dflash(out)
+    assert type(model) is DSparkDraftModel
+    with torch.no_grad():
+        bias, _ = drafter.markov(torch.zeros(3, drafter.sizes["hidden_size"]), torch.tensor([5, 6, 7]))
+    assert float(bias.std()) > 0.1  # the comparison below sees the Markov head, not a bias near zero
+    results = dflash_parity(target, drafter, out, sequences)
+    assert all(r["argmax_agreement"] == 1.0 and r["max_abs_difference"] < 1e-3 for r in results), results
+    assert "DSparkDraftModel.from_pretrained" in (out / "README.md").read_text()
+
+
+def test_dspark_misreadings_fail_the_harness(dspark_exported, tmp_path):
+    """sample_from_anchor left to the library's DSpark default (true: each position's previous token one later)
+    changes the Markov bias; confidence weights over [markov; hidden] instead of [hidden; markov] change the
+    confidence logits."""
+    from safetensors.torch import load_file, save_file
+
+    target, drafter, out, sequences = dspark_exported
+    rewrite_config(out, tmp_path / "anchor", lambda c: c.pop("sample_from_anchor"))
+    assert max(r["max_abs_difference"] for r in dflash_parity(target, drafter, tmp_path / "anchor", sequences)) > 1e-2
+    shutil.copytree(out, tmp_path / "order")
+    tensors = load_file(str(out / "model.safetensors"))
+    name, H = "confidence_head.proj.weight", drafter.sizes["hidden_size"]
+    tensors[name] = torch.cat([tensors[name][:, H:], tensors[name][:, :H]], 1).contiguous()
+    save_file(tensors, str(tmp_path / "order" / "model.safetensors"))
+    model = load_speculators_dflash(tmp_path / "order")
+    ours = ours_dflash_logits(drafter, target, sequences[:1], ANCHORS)
+    theirs = speculators_dflash_logits(model, target, sequences[:1], ANCHORS)
+    assert torch.allclose(ours["logits"], theirs["logits"], atol=1e-3)  # the draft itself is unchanged
+    assert float((ours["confidence"] - theirs["confidence"]).abs().max()) > 1e-2
+
+
+def test_a_dspark_drafter_has_no_reference_layout(dspark_exported, tmp_path):
+    _, _, out, _ = dspark_exported
+    with pytest.raises(ex.DraftsmithError, match="no Markov or confidence head.*--format speculators"):
+        ex.export(out.parent / "best", "dflash", tmp_path / "ref")
