@@ -91,3 +91,29 @@ def test_eval_device_cuda_without_a_gpu_fails_before_loading_anything(tmp_path, 
                      "--out", str(tmp_path / "out")]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@needs_gpu
+def test_dflash_flex_attention_gives_the_sdpa_loss_and_gradients_on_the_gpu():
+    from tiny import byte_tokenizer, tiny_model
+
+    from draftsmith.drafters import dflash
+    from draftsmith.target import Target
+
+    target = Target(tiny_model("qwen3").cuda(), byte_tokenizer(), name="tiny-qwen3")
+    target.model.requires_grad_(False)
+    drafters = [dflash.create(dflash.Config(block_size=4, num_layers=2, attention=a), target) for a in ("sdpa", "flex")]
+    drafters[1].load_state_dict(drafters[0].state_dict())
+    ids = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0)).cuda()
+    features = target.forward(ids, layers=drafters[0].required_layers, logits=False).features
+    batch = {"input_ids": ids, "loss_mask": torch.ones_like(ids), "attention_mask": torch.ones_like(ids),
+             "features": features}
+    anchors = torch.tensor([[4, 9, 17, 30], [6, 12, 25, -1]]).cuda()
+    losses = []
+    for drafter in drafters:
+        loss, _ = drafter(batch, target.head, anchors=anchors)
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=1e-4)
+    for (name, a), b in zip(drafters[0].named_parameters(), drafters[1].parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-4, msg=name)

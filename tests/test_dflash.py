@@ -262,3 +262,29 @@ def test_the_training_loop_trains_a_dflash_drafter_and_decodes_it(tmp_path):
     assert {"acc_0", "acc_1", "acc_2"} <= set(log[0])
     assert read_log(tmp_path / "run", "eval")[-1]["acceptance_length"] >= 1.0  # a real decode of the drafter
     assert dflash.load_proposer(tmp_path / "run" / "best", target).drafter.config.block_size == 4
+
+
+def test_flex_attention_block_masks_give_the_sdpa_loss(tiny_qwen3):
+    """Forward only: torch has no flex_attention backward on a CPU (tests/test_cuda.py compares gradients)."""
+    target = frozen(tiny_qwen3)
+    sdpa = make(target, block_size=4, num_layers=2, attention="sdpa")
+    flex = make(target, block_size=4, num_layers=2, attention="flex")
+    flex.load_state_dict(sdpa.state_dict())
+    batch = batch_for(target, sdpa, length=40)
+    anchors = torch.tensor([[4, 9, 17, 30], [6, 12, 25, -1]])
+    with torch.no_grad():
+        torch.testing.assert_close(flex(batch, target.head, anchors=anchors)[0],
+                                   sdpa(batch, target.head, anchors=anchors)[0], rtol=1e-5, atol=1e-5)
+        block = torch.full((2, 16), flex.mask_token_id)
+        positions = torch.arange(16)[None].expand(2, -1)
+        context = flex.context_kv(batch["features"], 0, 40)
+        masks = [dflash.flex_block_mask(a.clamp(min=0), 40, 4) for a in (anchors, anchors + 1)]
+        right, shifted = (flex.blocks(block, positions, context, m) for m in masks)  # context one too far: differs
+        torch.testing.assert_close(right, flex.blocks(block, positions, context, dflash.block_attention_mask(
+            anchors.clamp(min=0), 40, 4)), rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(right, shifted, atol=1e-4)
+    assert not make(target, attention="auto").uses_flex(torch.device("cpu"))
+    with pytest.raises(DraftsmithError, match="no flex_attention backward on a CPU"):
+        flex(batch, target.head, anchors=anchors)
+    with pytest.raises(DraftsmithError, match="drafter.attention must be auto, sdpa or flex"):
+        build(dflash.Config, {"attention": "xformers"}, prefix="drafter.")

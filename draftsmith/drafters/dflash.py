@@ -85,6 +85,9 @@ class Config:
     """DSpark: weight of the confidence head's loss (BCE against whether the position's draft was the target's)"""
     confidence_cut: bool = True
     """DSpark: cut each block where the confidences stop paying for their verify cost (false: draft the whole block)"""
+    attention: str = "auto"
+    """training attention over the blocks: sdpa (a boolean mask), flex (flex_attention with a block mask, compiled;
+    the same loss) or auto: flex on CUDA, sdpa on a CPU (torch has no flex_attention backward on CPUs)"""
 
     def validate(self) -> None:
         if self.block_size < 2:
@@ -103,6 +106,8 @@ class Config:
             raise DraftsmithError(f"drafter.markov_rank must be at least 1 for variant dspark, got {self.markov_rank}.")
         if self.confidence_weight < 0:
             raise DraftsmithError(f"drafter.confidence_weight must be >= 0, got {self.confidence_weight}.")
+        if self.attention not in ("auto", "sdpa", "flex"):
+            raise DraftsmithError(f"drafter.attention must be auto, sdpa or flex, got {self.attention!r}.")
 
     def position_weights(self) -> list[float]:
         """w_k for block positions k = 1..B-1."""
@@ -121,6 +126,39 @@ def block_attention_mask(anchors: torch.Tensor, length: int, block_size: int) ->
     context = torch.arange(length, device=anchors.device) < anchors.repeat_interleave(block_size, 1)[..., None]
     own = (which[:, None] == which[None, :]).expand(anchors.shape[0], -1, -1)
     return torch.cat([context, own], -1)[:, None]
+
+
+def flex_block_mask(anchors: torch.Tensor, length: int, block_size: int):
+    """`block_attention_mask` as a flex_attention BlockMask (the same rule, evaluated block-sparsely)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def rule(b, _head, query, key):
+        block = query // block_size
+        return torch.where(key < length, key < anchors[b, block], (key - length) // block_size == block)
+
+    queries = anchors.shape[1] * block_size
+    return create_block_mask(rule, anchors.shape[0], None, queries, length + queries, device=anchors.device)
+
+
+_compiled_flex = None
+
+
+def flex_attention(q, k, v, block_mask, enable_gqa: bool) -> torch.Tensor:
+    """flex_attention, compiled once per process on CUDA. On a CPU it runs torch's uncompiled reference code
+    (forward only, slow): torch 2.13's compiled CPU kernel has no backward and, measured here, returns wrong
+    values or NaN at head_dim 16."""
+    global _compiled_flex
+    from torch.nn.attention.flex_attention import flex_attention as flex
+
+    if q.device.type == "cpu":
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()": on purpose here
+            return flex(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex)
+    return _compiled_flex(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -149,12 +187,16 @@ class Attention(nn.Module):
         return _rope(k, cos, sin), self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
 
     def forward(self, x, context_kv, cos, sin, mask) -> torch.Tensor:
-        """Attention output [b, n, H] for block hiddens `x`; `mask` [b, 1, n, context + n] boolean or None."""
+        """Attention output [b, n, H] for block hiddens `x`; `mask`: [b, 1, n, context + n] boolean, a flex
+        BlockMask of the same rule, or None (everything visible)."""
         b, n = x.shape[:2]
         q = _rope(self.q_norm(self.q_proj(x).view(b, n, self.heads, self.head_dim)).transpose(1, 2), cos, sin)
         k, v = self.key_value(x, cos, sin)
         k, v = torch.cat([context_kv[0], k], 2), torch.cat([context_kv[1], v], 2)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
+        if mask is not None and not isinstance(mask, torch.Tensor):
+            out = flex_attention(q, k, v, mask, enable_gqa=self.heads != self.kv_heads)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
 
 
@@ -257,9 +299,18 @@ class Drafter(nn.Module):
         block = torch.full((b, anchors.shape[1], size), self.mask_token_id, dtype=torch.long, device=input_ids.device)
         block[..., 0] = input_ids.gather(1, anchors)
         positions = (anchors[..., None] + torch.arange(size, device=anchors.device)).flatten(1)
-        mask = block_attention_mask(anchors, length, size)
+        mask = (flex_block_mask if self.uses_flex(anchors.device) else block_attention_mask)(anchors, length, size)
         hidden = self.blocks(block.flatten(1), positions, self.context_kv(features, 0, length), mask)
         return hidden.view(b, anchors.shape[1], size, -1)
+
+    def uses_flex(self, device: torch.device) -> bool:
+        """Whether training attention runs flex_attention here (see `Config.attention`)."""
+        if self.config.attention == "auto":
+            return device.type == "cuda"
+        if self.config.attention == "flex" and device.type == "cpu" and torch.is_grad_enabled():
+            raise DraftsmithError("drafter.attention=flex: torch has no flex_attention backward on a CPU, so it cannot "
+                                  "train here; use auto or sdpa.")
+        return self.config.attention == "flex"
 
     # ---- training
     def sample_anchors(self, input_ids, loss_mask, sample_ids=None) -> torch.Tensor:
