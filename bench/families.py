@@ -142,8 +142,7 @@ for family, info in families.items():
         continue
     small_batch.install_on_proposer(proposer, target, rows)
     shapes = [(f"chain ({args.draft_length})", chain)]
-    if getattr(proposer, "drafts_trees", True):  # DFlash drafts one block per pass, never a tree
-        shapes.append((f"tree ({args.tree})", tree))
+    shapes.append((f"tree ({args.tree})", tree))
     if verifier is not target:  # (install_on_proposer gave the verifier the small-batch layers too)
         tuned_plain = f"{family} tuned target, plain"
         methods[tuned_plain] = lambda ids, v=verifier: plain_generate(v, ids, GREEDY, args.max_new_tokens, eos)

@@ -288,3 +288,26 @@ def test_flex_attention_block_masks_give_the_sdpa_loss(tiny_qwen3):
         flex(batch, target.head, anchors=anchors)
     with pytest.raises(DraftsmithError, match="drafter.attention must be auto, sdpa or flex"):
         build(dflash.Config, {"attention": "xformers"}, prefix="drafter.")
+
+
+@pytest.mark.parametrize("variant", ["dflash", "dspark"])
+def test_block_trees_grow_from_the_positions_top_k_and_decode_like_the_plain_loop(tiny_qwen3, variant):
+    target = frozen(tiny_qwen3)
+    drafter = make(target, block_size=6, variant=variant, markov_rank=8)
+    tokens = torch.tensor([[257, 5, 6, 7, 8, 9]])
+    features = target.forward(tokens[:, :-1], layers=drafter.required_layers, logits=False).features
+    proposer = drafter.proposer(target)
+    state = DecodeState(tokens, features)
+    draft = proposer.propose(state, DraftShape(tree=(3, 2, 6)), Sampling())
+    assert len(draft) == 6 and draft.parents is not None and int(draft.parents[0]) == -1
+    logits = proposer.block_logits(state)
+    prev = torch.tensor(9)
+    if variant == "dspark":
+        logits[0] += drafter.markov_w2.weight @ drafter.markov_w1.weight[prev]
+    roots = draft.tokens[draft.parents == -1].tolist()
+    assert sorted(roots) == sorted(logits[0].topk(2).indices.tolist())  # depth 1: position 1's top 2
+    prompt = torch.tensor([[257, 5, 6, 7, 8, 9]])
+    plain = plain_generate(target, prompt, Sampling(), 30, eos=set()).tokens
+    spec = speculative_generate(target, drafter.proposer(target), prompt, DraftShape(tree=(4, 3, 10)), Sampling(), 30,
+                                eos=set())
+    assert spec.tokens == plain

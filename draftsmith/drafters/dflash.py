@@ -53,6 +53,7 @@ from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
 )
 from draftsmith.errors import DraftsmithError
+from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.sampling import target_probs
 
 
@@ -459,8 +460,6 @@ def load_proposer(folder: str | Path, target) -> DFlashProposer:
 class DFlashProposer:
     """One forward per cycle: block [x_{T-1}, MASK...] at T-1 over cached context keys of positions < T-1."""
 
-    drafts_trees = False  # a block is one pass of B-1 positions; callers offering trees check this
-
     def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
         self.drafter, self.generator = drafter.eval(), generator
         self.required_layers = list(drafter.layer_ids)
@@ -532,7 +531,7 @@ class DFlashProposer:
         """min(length, B-1) tokens from one forward: greedy, or each sampled from its own q (lossless). DSpark
         walks the block adding each position's Markov bias and stops where its confidences stop paying."""
         if shape.tree is not None:
-            raise DraftsmithError("The DFlash drafter drafts blocks, not trees; use a draft length instead.")
+            return self.tree(state, *shape.tree)
         hidden = self.block_hidden(state)[1 : 1 + shape.length]
         logits = self.drafter.logits(hidden)
         if not self.drafter.dspark:
@@ -542,6 +541,29 @@ class DFlashProposer:
             q = target_probs(logits, sampling)
             return Draft(torch.multinomial(q, 1, generator=self.generator)[:, 0].cpu(), probs=q.cpu())
         return self._walk(hidden, logits, state.tokens[0, -1], sampling)
+
+    @torch.no_grad()
+    def tree(self, state: DecodeState, depth: int, top_k: int, total_tokens: int) -> Draft:
+        """A tree from the same single forward: EAGLE-2's best-first growth over the block positions' top-k, a
+        depth-d node's children being position d+1's picks (DSpark: with the Markov bias of that node's token)."""
+        hidden = self.block_hidden(state)[1 : 1 + depth]
+        logits = self.drafter.logits(hidden)
+        depth_of: dict[int, int] = {}
+
+        def children(position: int, tokens: torch.Tensor) -> torch.Tensor:
+            rows = logits[position].expand(tokens.numel(), -1)
+            if self.drafter.dspark:
+                rows = rows + self.drafter.markov(hidden[position].expand(tokens.numel(), -1), tokens)[0]
+            return torch.log_softmax(rows, -1).cpu()
+
+        def grow(node_ids, tokens, parent_ids):
+            depths = [1 if int(p) < 0 else depth_of[int(p)] + 1 for p in parent_ids]
+            depth_of.update({int(n): d for n, d in zip(node_ids, depths)})
+            return children(depths[0], tokens)  # one frontier is one depth
+
+        root = children(0, state.tokens[0, -1:].to(logits.device))[0]
+        tokens, parents, _ = dynamic_tree(root, grow, len(logits), top_k, total_tokens)
+        return Draft(tokens, parents)
 
     def _walk(self, hidden, logits, anchor, sampling: Sampling) -> Draft:
         """DSpark: position k's logits plus the Markov bias of the token drafted before it, left to right."""
