@@ -73,8 +73,8 @@ def decode_interleaved(methods: dict, prompts) -> dict[str, list]:
 
 def method_rows(runs: dict, plain: str, baseline: str, references: dict[str, str] | None = None) -> dict[str, dict]:
     """Per method: tokens/s, speedups against `plain` and `baseline` (both methods of `runs`), identical outputs,
-    and for speculative methods τ, per-position acceptance, the draft-time fraction and the drafter's seconds per
-    drafted token over the target's seconds per token in `plain` (both measured in this run).
+    and for speculative methods τ, per-position acceptance, the draft-time fraction, the draft milliseconds per
+    verify cycle and the drafter's seconds per drafted token over the target's seconds per token in `plain` (both measured in this run).
 
     `references`: method -> the plain method whose outputs it must equal, where that is not `plain` (a drafter
     verified by its own tuned target, Medusa-2, must equal that target's plain outputs)."""
@@ -91,7 +91,9 @@ def method_rows(runs: dict, plain: str, baseline: str, references: dict[str, str
             row.update(acceptance_length=acceptance["acceptance_length"],
                        acceptance_per_position=acceptance.get("acceptance_per_position"),
                        draft_time_fraction=metrics.timing(gens).get("draft_time_fraction"))
-            drafted = sum(c.drafted for g in gens for c in g.cycles)
+            cycles = [c for g in gens for c in g.cycles]
+            row["draft_ms_per_cycle"] = 1000 * sum(c.draft_s for c in cycles) / len(cycles)
+            drafted = sum(c.drafted for c in cycles)
             if drafted:
                 row["draft_cost_per_token_vs_target"] = (
                     sum(c.draft_s for g in gens for c in g.cycles) / drafted / target_s_per_token)

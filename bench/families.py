@@ -15,8 +15,12 @@ target's is printed. Printed per method: tokens/s, τ, per-position acceptance, 
 token, speedup vs our plain loop and vs generate(), outputs identical to plain; per family: training
 tokens/s against target-forward-only tokens/s, held-out accuracy, trainable parameters, and for a draft
 LM its parameters, one cached step against the target's and its lm_head's share of that step; and the
-peak RSS of the whole run. --variant adds an A/B run of one recipe option (trained at the same budget,
-compared on held-out accuracy, not decoded). Results go to OUT/bench.json.
+peak RSS of the whole run. --family adds a decoded run of a recipe with overrides under its own name (DFlash at
+B = 16, EAGLE-3 with a chain of 7); --variant adds an A/B run of one recipe option (trained at the same budget,
+compared on held-out accuracy, not decoded). A drafter that cuts its drafts from the verify-cost curve (DSpark)
+is calibrated on the target and also decoded uncut, drafting whole blocks. Per method also the drafter's
+milliseconds per verify cycle; per family its held-out accuracy per step, head or block position beside the τ it
+implies and the τ decoded. Results go to OUT/bench.json.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from draftsmith.eval.runner import assisted_model, environment, hf_generate  # n
 from draftsmith.train import pipeline  # noqa: E402
 from draftsmith.train.config import TrainConfig  # noqa: E402
 from draftsmith.train.recipe import TrainRecipe  # noqa: E402
-from draftsmith.train.validate import step_accuracies  # noqa: E402
+from draftsmith.train.validate import implied_acceptance_length, step_accuracies  # noqa: E402
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m"
 
@@ -57,11 +61,21 @@ parser.add_argument("--variant", nargs="+", action="append", default=[], metavar
                     help="an extra run of a family's recipe with overrides (e.g. --variant draft-lm-fresh draft-lm "
                          "drafter.freeze_embeddings=false), trained at the same budget and compared on held-out "
                          "accuracy (not decoded): an A/B of one option; repeat the flag for more")
+parser.add_argument("--family", nargs="+", action="append", default=[], metavar="NAME RECIPE [OVERRIDE]",
+                    help="an extra family to train and decode: a recipe with overrides under its own name (e.g. --family "
+                         "dflash16 dflash drafter.block_size=16 report.draft_length=15); repeat the flag for more")
 parser.add_argument("--minutes", type=float, default=20.0, help="training wall-time budget per family")
 parser.add_argument("--num-prompts", type=int, default=40, help="HumanEval prompts decoded per method")
 parser.add_argument("--max-new-tokens", type=int, default=128)
-parser.add_argument("--draft-length", type=int, default=4, help="chain length of every family")
+parser.add_argument("--draft-length", type=int, default=None,
+                    help="chain length of every family (default: each recipe's report.draft_length, e.g. a DFlash "
+                         "drafter's block size - 1)")
 parser.add_argument("--tree", default="4,4,8", help="EAGLE-2 tree DEPTH,TOPK,TOTAL of every family")
+parser.add_argument("--trees", nargs="*", default=None, metavar="FAMILY",
+                    help="the families also decoded as a tree (default: all; none: --trees with no names)")
+parser.add_argument("--without", nargs="*", default=[], choices=["generate", "lookup"],
+                    help="baselines to leave out: transformers generate() (speedups are then against our plain loop "
+                         "only), prompt lookup")
 parser.add_argument("--lookup-length", type=int, default=10, help="longest prompt-lookup draft")
 parser.add_argument("--out", default="runs/bench-families", help="where the runs and bench.json go")
 parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE",
@@ -71,11 +85,12 @@ out = Path(args.out)
 GREEDY = Sampling()
 
 
-runs_to_train = {family: (family, []) for family in args.families}
-for name, family, *overrides in args.variant:
-    if name in runs_to_train:
-        parser.error(f"--variant {name}: that name is taken")
-    runs_to_train[name] = (family, overrides)
+runs_to_train = {family: (family, [], True) for family in args.families}  # name -> (recipe, overrides, decoded)
+for flag, decoded, extra in (("--family", True, args.family), ("--variant", False, args.variant)):
+    for name, family, *overrides in extra:
+        if name in runs_to_train:
+            parser.error(f"{flag} {name}: that name is taken")
+        runs_to_train[name] = (family, overrides, decoded)
 
 
 def recipe(family: str, name: str, *overrides: str) -> TrainConfig:
@@ -94,7 +109,7 @@ pipeline.ensure_prepared(first, target)
 prepare_minutes = (time.perf_counter() - began) / 60
 split = TokenDataset(load_prepared(first.data.prepared, target)["train"])
 families: dict[str, dict] = {}
-for name, (family, overrides) in runs_to_train.items():
+for name, (family, overrides, decoded) in runs_to_train.items():
     probe = train(recipe(family, f"{name}-probe", *overrides, "train.max_steps=6", "train.eval_every=0",
                          "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1"), target)
     tokens_per_s = train_tokens_per_s(out / f"{name}-probe")
@@ -107,11 +122,13 @@ for name, (family, overrides) in runs_to_train.items():
                        f"train.checkpoint_every={max(steps // 3, 1)}"), target)
     last_eval = [r for r in read_log(out / name) if r.get("split") == "eval"][-1]
     families[name] = {
-        "recipe": family, "overrides": overrides, "variant": name not in args.families,
+        "recipe": family, "overrides": overrides, "variant": not decoded,
+        "draft_length": args.draft_length or run.config.report.draft_length,
         "kind": run.kind, "folder": str(out / name / "best"), "steps": steps, "best_step": run.best_step,
         "train_minutes": (time.perf_counter() - began) / 60, "training_tokens_per_s": tokens_per_s,
         "target_forward_tokens_per_s": forward, "training_over_forward": tokens_per_s / forward,
         "held_out_accuracy": step_accuracies(last_eval), "validation": last_eval,
+        "implied_acceptance_length": implied_acceptance_length(step_accuracies(last_eval)),
         "trainable_parameters": sum(p.numel() for p in run.model.parameters() if p.requires_grad),
     }
 
@@ -119,19 +136,21 @@ for name, (family, overrides) in runs_to_train.items():
 prompts = load_prompts("humaneval", target, args.num_prompts)
 eos = eos_ids(target)
 tree = DraftShape(tree=tuple(int(v) for v in args.tree.split(",")))
-chain = DraftShape(args.draft_length)
 rows = small_batch.tune_and_install(target.model)["rows"]  # as draftsmith eval does; every method runs these layers
-lookup = PromptLookup(LookupConfig())
-lookup.calibrate(target, args.lookup_length)
-methods = {
-    "plain": lambda ids: plain_generate(target, ids, GREEDY, args.max_new_tokens, eos),
-    "generate": lambda ids: hf_generate(target, ids, GREEDY, args.max_new_tokens, eos),
-    "prompt lookup": lambda ids: speculative_generate(target, lookup, ids, DraftShape(args.lookup_length), GREEDY,
-                                                      args.max_new_tokens, eos),
-}
+methods = {"plain": lambda ids: plain_generate(target, ids, GREEDY, args.max_new_tokens, eos)}
+if "generate" not in args.without:
+    methods["generate"] = lambda ids: hf_generate(target, ids, GREEDY, args.max_new_tokens, eos)
+if "lookup" not in args.without:
+    lookup = PromptLookup(LookupConfig())
+    lookup.calibrate(target, args.lookup_length)
+    methods["prompt lookup"] = lambda ids: speculative_generate(target, lookup, ids, DraftShape(args.lookup_length),
+                                                                GREEDY, args.max_new_tokens, eos)
 references = {}  # method -> the plain method its outputs must equal (Medusa-2: its tuned target's)
 for family, info in families.items():
     proposer = kind_module(info["kind"]).load_proposer(info["folder"], target)
+    chain = DraftShape(info["draft_length"])
+    if getattr(proposer, "wants_verify_cost", False):  # DSpark's confidence cut reads the verify-cost curve
+        proposer.calibrate(target, info["draft_length"])
     verifier = getattr(proposer, "verifier", None) or target  # Medusa-2 heads are verified by their tuned target
     assistant = assisted_model(proposer, chain)
     if assistant is not None:  # a draft model: its own cost per token against the target's, and its head's share
@@ -141,8 +160,9 @@ for family, info in families.items():
     if info["variant"]:
         continue
     small_batch.install_on_proposer(proposer, target, rows)
-    shapes = [(f"chain ({args.draft_length})", chain)]
-    shapes.append((f"tree ({args.tree})", tree))
+    shapes = [(f"chain ({info['draft_length']})", chain)]
+    if args.trees is None or family in args.trees:
+        shapes.append((f"tree ({args.tree})", tree))
     if verifier is not target:  # (install_on_proposer gave the verifier the small-batch layers too)
         tuned_plain = f"{family} tuned target, plain"
         methods[tuned_plain] = lambda ids, v=verifier: plain_generate(v, ids, GREEDY, args.max_new_tokens, eos)
@@ -150,13 +170,19 @@ for family, info in families.items():
     for label, shape in shapes:
         methods[f"{family} {label}"] = (lambda ids, p=proposer, s=shape, v=verifier: speculative_generate(
             v, p, ids, s, GREEDY, args.max_new_tokens, eos))
+    if getattr(proposer, "wants_verify_cost", False):  # does the cut pay? the same drafter drafting whole blocks
+        whole = kind_module(info["kind"]).load_proposer(info["folder"], target)
+        small_batch.install_on_proposer(whole, target, rows)
+        methods[f"{family} chain ({info['draft_length']}), uncut"] = (lambda ids, p=whole, s=chain: speculative_generate(
+            target, p, ids, s, GREEDY, args.max_new_tokens, eos))
     if assistant is not None:
         methods[f"{family} in generate(assistant_model)"] = (lambda ids, a=assistant: hf_generate(
             target, ids, GREEDY, args.max_new_tokens, eos, assistant_model=a))
 runs = decode_interleaved(methods, prompts)
 
 # ----------------------------------------------------------------------------- report
-results = method_rows(runs, "plain", "generate", references)
+baseline = "generate" if "generate" in methods else "plain"
+results = method_rows(runs, "plain", baseline, references)
 for name, reference in references.items():
     results[name]["identical_to"] = reference
 for name in set(references.values()):  # how far each tuned target drifted from the original
@@ -170,23 +196,27 @@ out.mkdir(parents=True, exist_ok=True)
 print(f"\nprepare {prepare_minutes:.1f} min (0 when already prepared); peak RSS {peak_gib:.2f} GiB")
 for family, info in families.items():
     accuracy = ", ".join(f"{a:.3f}" for a in info["held_out_accuracy"])
+    decoded = results.get(f"{family} chain ({info['draft_length']})", {}).get("acceptance_length")
     print(f"{family}: {info['steps']} steps in {info['train_minutes']:.1f} min, {info['training_over_forward']:.2f}x "
-          f"target-forward tokens/s, {info['trainable_parameters'] / 1e6:.2f} M trainable, held-out acc [{accuracy}]")
+          f"target-forward tokens/s, {info['trainable_parameters'] / 1e6:.2f} M trainable, held-out acc [{accuracy}]"
+          f" -> implied τ {info['implied_acceptance_length']:.2f}" + (f", decoded chain τ {decoded:.2f}" if decoded else ""))
     if "step_costs" in info:
         draft, full = info["step_costs"]["draft"], info["step_costs"]["target"]
         print(f"  draft model: {info['parameters'] / 1e6:.1f} M parameters; one cached step {draft['full_ms']:.2f} ms = "
               f"{info['draft_step_vs_target']:.2f}x the target's {full['full_ms']:.2f} ms; lm_head "
               f"{draft['lm_head_share']:.0%} of the draft step ({full['lm_head_share']:.0%} of the target's)")
-print(f"{'method':<36} {'tok/s':>7} {'τ':>5} {'vs plain':>9} {'vs gen()':>9} {'draft':>6} {'d/tok':>6} identical  "
-      "α per position")
+print(f"{'method':<36} {'tok/s':>7} {'τ':>5} {'vs plain':>9} {'vs gen()' if baseline == 'generate' else '':>9} {'draft':>6} {'ms/cyc':>6} {'d/tok':>6} "
+      "identical  α per position")
 for name, row in results.items():
     tau = f"{row['acceptance_length']:.2f}" if "acceptance_length" in row else "-"
     frac = f"{row['draft_time_fraction']:.2f}" if row.get("draft_time_fraction") is not None else "-"
     alphas = " ".join(f"{a:.2f}" for a in row.get("acceptance_per_position") or [])
     per_token = f"{row['draft_cost_per_token_vs_target']:.2f}" if "draft_cost_per_token_vs_target" in row else "-"
-    print(f"{name:<36} {row['tokens_per_s']:7.2f} {tau:>5} {row['speedup_vs_plain']:8.2f}x {row['speedup_vs_generate']:8.2f}x "
-          f"{frac:>6} {per_token:>6} {row['identical_to_plain']:>4}/{len(prompts)}  {alphas}")
-print("d/tok: the drafter's seconds per drafted token over the target's seconds per token in our plain loop")
+    per_cycle = f"{row['draft_ms_per_cycle']:.1f}" if "draft_ms_per_cycle" in row else "-"
+    versus = f"{row['speedup_vs_generate']:8.2f}x" if baseline == "generate" else " " * 9
+    print(f"{name:<36} {row['tokens_per_s']:7.2f} {tau:>5} {row['speedup_vs_plain']:8.2f}x {versus} "
+          f"{frac:>6} {per_cycle:>6} {per_token:>6} {row['identical_to_plain']:>4}/{len(prompts)}  {alphas}")
+print("ms/cyc: the drafter's milliseconds per verify cycle; d/tok: the drafter's seconds per drafted token over the target's seconds per token in our plain loop")
 for name in set(references.values()):
     print(f"{name}: the reference of {', '.join(m for m, r in references.items() if r == name)} (their 'identical' "
           f"counts); identical to the original target's plain output on {results[name]['identical_to_original']}/"
