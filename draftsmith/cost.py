@@ -56,3 +56,59 @@ def measure(target, longest: int, context_tokens: int = 256) -> dict[int, float]
     `longest` tokens cost to verify."""
     context = torch.randint(0, target.vocab_size, (1, context_tokens), generator=torch.Generator().manual_seed(0))
     return verify_cost_curve(target, range(1, longest + 2), context)
+
+
+class StoppingRule:
+    """Cut a chain draft where it stops paying for its verify cost, deciding each position before it is drafted.
+
+    `keep(c)` is asked for draft positions 1, 2, ... in turn with c, the drafter's estimate that position k is
+    accepted if the ones before it were (its confidence). It projects c onto the positions after k, and keeps k
+    only if some length >= k then gives more expected tokens per unit of verify cost (`best_length`) than stopping
+    before k. A drafter that asks before sampling position k's token, from what it drafted before k, never lets a
+    token decide its own drafting, so sampling stays lossless."""
+
+    def __init__(self, cost: dict[int, float], longest: int):
+        self.cost, self.longest = cost, longest
+        self.accept_through: list[float] = []
+
+    def keep(self, confidence: float) -> bool:
+        kept = len(self.accept_through)
+        running = (self.accept_through[-1] if kept else 1.0) * confidence
+        projected = self.accept_through + [running * confidence**j for j in range(self.longest - kept)]
+        if best_length(projected, self.cost) <= kept:
+            return False
+        self.accept_through.append(running)
+        return True
+
+
+class CutsDrafts:
+    """What a proposer that cuts its chains with a `StoppingRule` shares: the verify-cost curve it reads, measured
+    by `calibrate` (the eval runner calls it when `wants_verify_cost`), and the rule for one draft. A subclass sets
+    `confidence_cut`, `longest_draft` and, where only some of its drafters have confidences, `can_cut`."""
+
+    verify_cost: dict[int, float] | None = None
+    confidence_cut = False
+    can_cut = True  # whether this drafter has confidences to cut by
+    longest_draft = 1
+
+    @property
+    def wants_verify_cost(self) -> bool:
+        """Whether drafting reads a verify-cost curve: callers `calibrate` first."""
+        return self.confidence_cut
+
+    def calibrate(self, target, longest: int | None = None) -> dict[int, float]:
+        """Measure the target's verify-cost curve t(1 .. longest + 1) (a few seconds)."""
+        self.verify_cost = measure(target, longest or self.longest_draft)
+        return self.verify_cost
+
+    def stopping_rule(self, longest: int) -> StoppingRule | None:
+        """The rule for a draft of up to `longest` tokens, or None (no cut: off, or no curve measured)."""
+        if self.confidence_cut and calibrated(self.verify_cost, longest):
+            return StoppingRule(self.verify_cost, longest)
+        return None
+
+    def describe_cut(self) -> dict:
+        """For reports: whether drafts are cut, and the relative verify-cost curve they are cut by."""
+        cut = self.confidence_cut and self.verify_cost is not None
+        relative = {n: round(c / self.verify_cost[1], 3) for n, c in self.verify_cost.items()} if cut else None
+        return {"confidence_cut": cut, **({"verify_cost_relative": relative} if cut else {})}

@@ -144,3 +144,20 @@ def test_prompt_lookup_decoding_is_exact(tiny_qwen3, shape, cost):
     out = speculative_generate(tiny_qwen3, PromptLookup(verify_cost=cost), prompt, shape, Sampling(), 40, eos=set())
     assert out.tokens == plain.tokens
     assert sum(c.accepted for c in out.cycles) > 0  # the random model repeats itself: lookup must help
+
+
+def test_the_stopping_rule_keeps_a_position_only_while_some_length_pays():
+    from draftsmith.cost import StoppingRule, best_length
+
+    cpu_like = {1: 1.0, 2: 1.5, 3: 1.55, 4: 1.6, 5: 1.65}
+    rule = StoppingRule(cpu_like, 4)
+    assert [rule.keep(0.9) for _ in range(4)] == [True] * 4  # confident: the whole chain
+    assert StoppingRule(cpu_like, 4).keep(0.2) is False  # 1.2 tokens for 1.5x the cost of one: a plain step
+    rule = StoppingRule(cpu_like, 4)
+    kept = [rule.keep(c) for c in (0.9, 0.9, 0.05, 0.9)]
+    assert kept[:3] == [True, True, False]  # a doubtful third position ends it (the rule is never asked again)
+    for c in (0.3, 0.5, 0.7):  # with one confidence throughout, it is the best length of its projection
+        rule, n = StoppingRule(cpu_like, 4), 0
+        while n < 4 and rule.keep(c):
+            n += 1
+        assert n == best_length([c**k for k in range(1, 5)], cpu_like)

@@ -21,7 +21,7 @@ DSpark (`variant: dspark`) adds two small heads on the same backbone, which stil
   the block left to right with this cheap bias only;
 - a confidence head: sigmoid(confidence([hidden_k; markov_w1[prev_k]])) predicts that position k is accepted,
   trained (BCE, weight `confidence_weight`) against whether the biased draft's top token is the target's there.
-  Decoding cuts the block by a stopping rule read off the verify-cost curve t(n) (`draftsmith.cost`): position k is
+  Decoding cuts the block by `draftsmith.cost.StoppingRule` read off the verify-cost curve t(n): position k is
   drafted only if, projecting its own confidence onto the positions after it, some length >= k gives more expected
   tokens per unit of verify cost than stopping before k. The rule looks at confidences 1..k only, which depend on
   tokens before k, so whether a token is drafted never depends on that token and sampling stays lossless.
@@ -48,12 +48,12 @@ from transformers.models.qwen3.modeling_qwen3 import (
 )
 
 from draftsmith.config import build
-from draftsmith.cost import best_length, calibrated, measure
+from draftsmith.cost import CutsDrafts
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
 )
-from draftsmith.errors import DraftsmithError
 from draftsmith.drafters.tree import dynamic_tree
+from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
 
 
@@ -457,13 +457,15 @@ def load_proposer(folder: str | Path, target) -> DFlashProposer:
 
 
 # --------------------------------------------------------------------------- decoding
-class DFlashProposer:
+class DFlashProposer(CutsDrafts):
     """One forward per cycle: block [x_{T-1}, MASK...] at T-1 over cached context keys of positions < T-1."""
 
     def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
         self.drafter, self.generator = drafter.eval(), generator
         self.required_layers = list(drafter.layer_ids)
-        self.verify_cost: dict[int, float] | None = None  # t(n), for DSpark's confidence cut; see `calibrate`
+        self.can_cut = drafter.dspark  # DSpark's confidence head (see CutsDrafts)
+        self.confidence_cut = drafter.dspark and drafter.config.confidence_cut
+        self.longest_draft = drafter.config.block_size - 1
         self.reset()
 
     def reset(self) -> None:
@@ -475,12 +477,7 @@ class DFlashProposer:
         """Kind, options and trained parameter count."""
         described = {"kind": "dflash", **dataclasses.asdict(self.drafter.config),
                      "parameters": sum(p.numel() for p in self.drafter.parameters())}
-        if self.drafter.dspark:
-            described["confidence_cut"] = self.wants_verify_cost and self.verify_cost is not None
-            if described["confidence_cut"]:
-                described["verify_cost_relative"] = {n: round(c / self.verify_cost[1], 3)
-                                                     for n, c in self.verify_cost.items()}
-        return described
+        return {**described, **self.describe_cut()} if self.drafter.dspark else described
 
     @torch.no_grad()
     def _catch_up(self, state: DecodeState) -> None:
@@ -497,16 +494,6 @@ class DFlashProposer:
             self.context = [(torch.cat([k[:, :, :keep], nk], 2), torch.cat([v[:, :, :keep], nv], 2))
                             for (k, v), (nk, nv) in zip(self.context, new)]
         self.cached = tokens[:end].clone()
-
-    def calibrate(self, target, longest: int | None = None) -> dict[int, float]:
-        """Measure the verify-cost curve t(1..B) on `target`; DSpark's confidence cut reads it."""
-        self.verify_cost = measure(target, longest or self.drafter.config.block_size - 1)
-        return self.verify_cost
-
-    @property
-    def wants_verify_cost(self) -> bool:
-        """Whether drafting reads a verify-cost curve (DSpark with its confidence cut): callers `calibrate` first."""
-        return self.drafter.dspark and self.drafter.config.confidence_cut
 
     @torch.no_grad()
     def block_hidden(self, state: DecodeState) -> torch.Tensor:
@@ -567,17 +554,12 @@ class DFlashProposer:
 
     def _walk(self, hidden, logits, anchor, sampling: Sampling) -> Draft:
         """DSpark: position k's logits plus the Markov bias of the token drafted before it, left to right."""
-        cut = self.wants_verify_cost and calibrated(self.verify_cost, len(logits))
-        tokens, probs, accept_through, prev = [], [], [], anchor.reshape(())
+        rule = self.stopping_rule(len(logits))
+        tokens, probs, prev = [], [], anchor.reshape(())
         for k in range(len(logits)):
             bias, confidence = self.drafter.markov(hidden[k], prev)
-            if cut:  # project this position's confidence onto the rest of the block; stop when nothing pays
-                rate = float(torch.sigmoid(confidence))
-                running = (accept_through[-1] if accept_through else 1.0) * rate
-                projected = accept_through + [running * rate**j for j in range(len(logits) - k)]
-                if best_length(projected, self.verify_cost) <= k:
-                    break
-                accept_through.append(running)
+            if rule is not None and not rule.keep(float(torch.sigmoid(confidence))):
+                break
             row = logits[k] + bias
             if sampling.greedy:
                 prev = row.argmax()
