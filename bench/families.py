@@ -17,8 +17,8 @@ tokens/s against target-forward-only tokens/s, held-out accuracy, trainable para
 LM its parameters, one cached step against the target's and its lm_head's share of that step; and the
 peak RSS of the whole run. --family adds a decoded run of a recipe with overrides under its own name (DFlash at
 B = 16, EAGLE-3 with a chain of 7); --variant adds an A/B run of one recipe option (trained at the same budget,
-compared on held-out accuracy, not decoded). A drafter that cuts its drafts from the verify-cost curve (DSpark)
-is calibrated on the target and also decoded uncut, drafting whole blocks. Per method also the drafter's
+compared on held-out accuracy, not decoded). A drafter that cuts its drafts by confidence under the verify-cost
+curve (DSpark; Medusa heads with --cut) is calibrated on the target and also decoded uncut, drafting whole chains. Per method also the drafter's
 milliseconds per verify cycle; per family its held-out accuracy per step, head or block position beside the τ it
 implies and the τ decoded. Results go to OUT/bench.json.
 """
@@ -26,6 +26,7 @@ implies and the τ decoded. Results go to OUT/bench.json.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import resource
 import shutil
@@ -73,6 +74,10 @@ parser.add_argument("--draft-length", type=int, default=None,
 parser.add_argument("--tree", default="4,4,8", help="EAGLE-2 tree DEPTH,TOPK,TOTAL of every family")
 parser.add_argument("--trees", nargs="*", default=None, metavar="FAMILY",
                     help="the families also decoded as a tree (default: all; none: --trees with no names)")
+parser.add_argument("--cut", nargs="*", default=[], metavar="FAMILY",
+                    help="families (Medusa heads) also decoded with their chains cut by confidence under the verify-cost "
+                         "curve; a family whose drafter cuts by default (DSpark) always is. Each such family is "
+                         "decoded cut ('chain (L)') and uncut ('chain (L), uncut')")
 parser.add_argument("--without", nargs="*", default=[], choices=["generate", "lookup"],
                     help="baselines to leave out: transformers generate() (speedups are then against our plain loop "
                          "only), prompt lookup")
@@ -149,7 +154,9 @@ references = {}  # method -> the plain method its outputs must equal (Medusa-2: 
 for family, info in families.items():
     proposer = kind_module(info["kind"]).load_proposer(info["folder"], target)
     chain = DraftShape(info["draft_length"])
-    if getattr(proposer, "wants_verify_cost", False):  # DSpark's confidence cut reads the verify-cost curve
+    cuts = getattr(proposer, "can_cut", False) and (family in args.cut or proposer.confidence_cut)
+    if cuts:  # the cut reads the verify-cost curve
+        proposer.confidence_cut = True
         proposer.calibrate(target, info["draft_length"])
     verifier = getattr(proposer, "verifier", None) or target  # Medusa-2 heads are verified by their tuned target
     assistant = assisted_model(proposer, chain)
@@ -170,11 +177,14 @@ for family, info in families.items():
     for label, shape in shapes:
         methods[f"{family} {label}"] = (lambda ids, p=proposer, s=shape, v=verifier: speculative_generate(
             v, p, ids, s, GREEDY, args.max_new_tokens, eos))
-    if getattr(proposer, "wants_verify_cost", False):  # does the cut pay? the same drafter drafting whole blocks
-        whole = kind_module(info["kind"]).load_proposer(info["folder"], target)
-        small_batch.install_on_proposer(whole, target, rows)
-        methods[f"{family} chain ({info['draft_length']}), uncut"] = (lambda ids, p=whole, s=chain: speculative_generate(
-            target, p, ids, s, GREEDY, args.max_new_tokens, eos))
+    if cuts:  # does the cut pay? the same drafter drafting whole chains
+        whole = copy.copy(proposer)  # the same drafter (its state is per request: reset by every decode)
+        whole.confidence_cut = False
+        uncut = f"{family} chain ({info['draft_length']}), uncut"
+        methods[uncut] = (lambda ids, p=whole, s=chain, v=verifier: speculative_generate(
+            v, p, ids, s, GREEDY, args.max_new_tokens, eos))
+        if verifier is not target:
+            references[uncut] = references[f"{family} chain ({info['draft_length']})"]
     if assistant is not None:
         methods[f"{family} in generate(assistant_model)"] = (lambda ids, a=assistant: hf_generate(
             target, ids, GREEDY, args.max_new_tokens, eos, assistant_model=a))

@@ -187,7 +187,8 @@ def test_eval_command_errors(target_folder, tmp_path, capsys, drafter, prompts, 
     ({"out": "A_FILE"}, "is a file"),
     ({"tree": "3,2"}, "DEPTH,TOPK,TOTAL"),
     ({"chat_template": "missing.jinja"}, "neither a Jinja chat template"),
-], ids=["no-drafter", "no-config", "empty-hf", "no-prompts", "out-file", "bad-tree", "no-template"])
+    ({"confidence_cut": True}, "--confidence-cut is for trained drafters with confidences"),
+], ids=["no-drafter", "no-config", "empty-hf", "no-prompts", "out-file", "bad-tree", "no-template", "cut-lookup"])
 def test_eval_checks_every_argument_before_expensive_work(tmp_path, prompt_file, monkeypatch, change, message):
     """A wrong argument fails before the target loads or the linear layers are tuned (a minute on a CPU)."""
     from draftsmith import target as target_module

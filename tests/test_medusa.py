@@ -461,3 +461,58 @@ def test_the_trainer_gives_medusa2_heads_their_own_learning_rate(tiny_qwen3, tmp
     recipe.cleanup()
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
+
+
+# --------------------------------------------------------------------------- the confidence cut
+def test_the_confidence_cut_stops_at_the_first_head_that_does_not_pay(tiny_qwen3):
+    from draftsmith import cost
+
+    target = frozen(tiny_qwen3)
+    drafter = make(target, num_heads=4, confidence_cut=True)
+    tokens = torch.tensor([257, 5, 6, 7, 8, 9])
+    features = target.forward(tokens[None, :-1], layers=[target.num_layers - 1], logits=False).features
+    state = DecodeState(tokens[None], features)
+    proposer = drafter.proposer(target)
+    full = proposer.propose(state, DraftShape(length=4), Sampling()).tokens.tolist()
+    assert len(full) == 4  # no cost curve yet: nothing to cut by
+    with torch.no_grad():
+        normed = target.model(tokens[None], output_hidden_states=True).hidden_states[-1][0, -2]
+        confidences = [float(torch.softmax(by_hand(drafter, i, normed), -1).max()) for i in range(4)]
+    for curve in ({n: 1.0 for n in range(1, 6)}, {1: 1.0, 2: 1.02, 3: 1.5, 4: 1.6, 5: 1.7},
+                  {n: float(n) for n in range(1, 6)}):
+        proposer.verify_cost = curve
+        rule, expected = cost.StoppingRule(curve, 4), 0
+        while expected < 4 and rule.keep(confidences[expected]):
+            expected += 1
+        draft = proposer.propose(state, DraftShape(length=4), Sampling()).tokens.tolist()
+        assert draft == full[:expected]
+    proposer.verify_cost = {n: 1.0 for n in range(1, 6)}  # free verification: every head pays
+    assert len(proposer.propose(state, DraftShape(length=4), Sampling())) == 4
+    proposer.verify_cost = {n: float(n) for n in range(1, 6)}  # each token costs a full pass: none pays
+    assert len(proposer.propose(state, DraftShape(length=4), Sampling())) == 0
+    assert proposer.describe()["confidence_cut"] is True
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_greedy_decoding_with_the_confidence_cut_is_token_identical_to_the_plain_loop(arch):
+    target = frozen(tiny_target(arch))
+    drafter = make(target, num_heads=4, confidence_cut=True)
+    proposer = drafter.proposer(target)
+    proposer.calibrate(target)  # this target's own curve
+    prompt = torch.tensor([[257, 5, 6, 7, 8, 9]])
+    plain = plain_generate(target, prompt, Sampling(), 32, eos=set()).tokens
+    assert speculative_generate(target, proposer, prompt, DraftShape(length=4), Sampling(), 32, eos=set()).tokens == plain
+
+
+def test_eval_turns_the_cut_on_for_a_medusa_folder_and_refuses_it_where_there_are_no_confidences(tiny_qwen3, tmp_path):
+    from draftsmith.drafters import dflash
+    from draftsmith.eval.runner import load_drafter
+
+    target = frozen(tiny_qwen3)
+    make(target, num_heads=2).save_pretrained(tmp_path / "heads")
+    proposer = load_drafter(str(tmp_path / "heads"), target, confidence_cut=True)
+    assert proposer.confidence_cut and set(proposer.verify_cost) == {1, 2, 3}  # measured at load: t(1..heads+1)
+    assert not load_drafter(str(tmp_path / "heads"), target).confidence_cut  # the folder's own setting (off)
+    dflash.create(dflash.Config(block_size=4), target).save_pretrained(tmp_path / "dflash")
+    with pytest.raises(DraftsmithError, match="no confidences to cut its drafts by"):
+        load_drafter(str(tmp_path / "dflash"), target, confidence_cut=True)

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from draftsmith.config import build
+from draftsmith.cost import CutsDrafts
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder, save_folder,
     target_info,
@@ -73,6 +74,9 @@ class Config:
     """Medusa-2: the heads' learning rate is train.lr times this (the adapters use train.lr)"""
     distill_weight: float = 1.0
     """Medusa-2: weight of the tuned target's cross-entropy towards the frozen target's next-token distribution"""
+    confidence_cut: bool = False
+    """decoding: cut each chain where the heads' confidences (their top probability) stop paying for the verify
+    cost (the target's t(n) curve, measured when the drafter is loaded); false: always min(length, heads) tokens"""
 
     def validate(self) -> None:
         if self.num_heads < 1:
@@ -380,8 +384,12 @@ def load_proposer(folder: str | Path, target) -> MedusaProposer:
 
 
 # --------------------------------------------------------------------------- decoding
-class MedusaProposer:
-    """Chains or trees of head choices at the last feature; no cache (the heads read one feature each cycle)."""
+class MedusaProposer(CutsDrafts):
+    """Chains or trees of head choices at the last feature; no cache (the heads read one feature each cycle).
+
+    With `confidence_cut`, a chain stops at the first head whose top probability no longer pays for its verify
+    cost (`draftsmith.cost.StoppingRule`); the heads' probabilities do not depend on the drafted tokens, so the cut
+    never depends on a drafted token and sampling stays lossless."""
 
     verifier = None  # Medusa-2: the tuned target that must verify these drafts (None: the target itself)
 
@@ -389,6 +397,7 @@ class MedusaProposer:
         self.drafter, self.generator = drafter.eval(), generator
         self.required_layers = [drafter.last_layer]
         self.static = drafter.static_tree()
+        self.confidence_cut, self.longest_draft = drafter.config.confidence_cut, drafter.config.num_heads
 
     def reset(self) -> None:
         """Nothing to forget: the heads keep no state between cycles."""
@@ -398,7 +407,7 @@ class MedusaProposer:
         heads = [p for name, p in self.drafter.named_parameters() if not name.startswith("tuned.")]
         return {"kind": "medusa", "variant": "medusa2" if self.verifier is not None else "medusa1",
                 **dataclasses.asdict(self.drafter.config), "parameters": sum(p.numel() for p in heads),
-                "tree": "static" if self.static else "dynamic"}
+                "tree": "static" if self.static else "dynamic", **self.describe_cut()}
 
     @torch.no_grad()
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
@@ -410,8 +419,12 @@ class MedusaProposer:
             return self.tree(feature, *shape.tree)
         tokens, probs = [], []
         token_map = self.drafter.token_map
-        for i in range(min(shape.length, self.drafter.config.num_heads)):
+        length = min(shape.length, self.drafter.config.num_heads)
+        rule = self.stopping_rule(length)
+        for i in range(length):
             logits = self.drafter.head_rows(i, feature)
+            if rule is not None and not rule.keep(float(torch.softmax(logits.float(), -1).max())):
+                break
             if sampling.greedy:
                 best = logits.argmax(-1)
                 tokens.append((best if token_map is None else token_map[best]).cpu())

@@ -48,6 +48,10 @@ class EvalConfig:
     adaptive_lookup: bool = True
     """prompt-lookup chains: measure the target's verify cost first (a few seconds, not timed) and pick each
     draft's length up to --draft-length for the most expected tokens per unit of cost; false = always the full length"""
+    confidence_cut: bool | None = None
+    """trained drafters that can cut their chains where their confidences stop paying for the target's verify
+    cost (DSpark, Medusa heads; the cost curve is measured first, a few seconds, not timed): true or false
+    overrides the drafter's own setting; null keeps it"""
     small_batch_linear: bool = True
     """CPU: time torch's linear layers against W·xᵀ on the target's weights for 1..8-row inputs (a few seconds,
     not timed) and use W·xᵀ for the row counts where it is faster, in the target and the drafter; our plain loop,
@@ -137,7 +141,9 @@ def check_arguments(config: EvalConfig) -> None:
 
     config.validate()
     resolve_device(config.device)  # 'cuda' on a machine without a GPU fails here
-    drafter_kind(config.drafter)
+    if drafter_kind(config.drafter) in ("prompt-lookup", "hf", "export") and config.confidence_cut is not None:
+        raise DraftsmithError("--confidence-cut is for trained drafters with confidences (DSpark, Medusa heads); "
+                              "prompt lookup's length is --adaptive-lookup.")
     resolve_chat_template(config.chat_template)  # a template file that does not exist fails here
     read_conversations(config.prompts)  # the file exists and every row parses
     if Path(config.out).expanduser().is_file():
@@ -184,7 +190,7 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     try:
         adaptive = config.draft_length if config.adaptive_lookup and config.tree is None else None
         proposer = load_drafter(config.drafter, target, max_ngram=config.ngram, min_ngram=config.min_ngram,
-                                adaptive_length=adaptive)
+                                adaptive_length=adaptive, confidence_cut=config.confidence_cut)
         drafting = small_batch.install_on_proposer(proposer, target, rows)
         shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
         sampling = Sampling(config.temperature, config.top_k, config.top_p)
