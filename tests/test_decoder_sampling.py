@@ -4,6 +4,7 @@ and deliberately broken acceptance rules fail the same tests."""
 import pytest
 import torch
 from scipy.stats import chisquare
+from test_export_support import draft_vocab
 from tiny import tiny_target
 
 from draftsmith.drafters import Draft, DraftShape, Sampling, kind_module
@@ -144,7 +145,10 @@ def test_speculative_sampling_matches_plain_end_to_end(monkeypatch, broken):
 DFLASH = {"block_size": 3, "target_layer_ids": [0, 2], "mask_token_id": 7}
 KIND_OPTIONS = {"eagle": ("eagle", {"layers": [0, 1, 2]}), "medusa": ("medusa", {"num_heads": 2}),
                 "mtp": ("mtp", {"num_modules": 2}), "dflash": ("dflash", DFLASH),
-                "dspark": ("dflash", {**DFLASH, "variant": "dspark", "markov_rank": 4})}
+                "dspark": ("dflash", {**DFLASH, "variant": "dspark", "markov_rank": 4}),
+                "dflash-draft-vocab": ("dflash", DFLASH)}
+DRAFT_VOCAB_SIZES = {"dflash-draft-vocab": 5}
+"""cases whose drafter drafts over a draft vocabulary of that many of the 8 tokens (q is 0 on the other 3)"""
 
 
 @pytest.mark.parametrize("name", list(KIND_OPTIONS))
@@ -156,7 +160,8 @@ def test_every_trained_kind_samples_losslessly_end_to_end(name):
     sampling = Sampling(1.0)
     p1, p2 = exact_marginals(target, prompt, sampling)
     module = kind_module(kind)
-    drafter = module.create(module.Config(**options), target)
+    vocab = draft_vocab(size=DRAFT_VOCAB_SIZES[name], vocab=8) if name in DRAFT_VOCAB_SIZES else None
+    drafter = module.create(module.Config(**options), target, draft_vocab=vocab)
     with torch.no_grad():  # a random drafter whose q differs from p (fresh ones copy parts of the target)
         for parameter in drafter.parameters():
             if parameter.dtype.is_floating_point:

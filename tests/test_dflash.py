@@ -5,6 +5,7 @@ import hashlib
 
 import pytest
 import torch
+from test_export_support import draft_vocab
 from tiny import tiny_target
 
 from draftsmith.config import build
@@ -19,9 +20,10 @@ def frozen(target):
     return target
 
 
-def make(target, seed=0, **options):
-    """A drafter whose norms are not all ones, so a norm applied in the wrong place shows."""
-    drafter = dflash.create(dflash.Config(**options), target)
+def make(target, seed=0, vocab=None, **options):
+    """A drafter whose norms are not all ones, so a norm applied in the wrong place shows (`vocab`: a draft
+    vocabulary)."""
+    drafter = dflash.create(dflash.Config(**options), target, draft_vocab=vocab)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in drafter.parameters():
@@ -77,26 +79,33 @@ def by_hand(drafter, target, context_features, block_ids, anchor):
     return rms(x, drafter.norm.weight, eps)
 
 
-def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3):
+@pytest.mark.parametrize("vocab_size", [None, 64], ids=["full", "draft-vocab"])
+def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, vocab_size):
+    """Over a draft vocabulary: the drafter's own head, labels renormalised over its rows, accuracy against the
+    target's argmax over the whole vocabulary."""
     target = frozen(tiny_qwen3)
-    drafter = make(target, block_size=4, num_layers=2, gamma=2.0)
+    vocab = draft_vocab(size=vocab_size) if vocab_size else None
+    drafter = make(target, vocab=vocab, block_size=4, num_layers=2, gamma=2.0)
+    ids = vocab.t2d.nonzero().flatten() if vocab else torch.arange(target.vocab_size)
+    head = drafter.lm_head.weight if vocab else target.model.lm_head.weight
     batch = batch_for(target, drafter)
     anchors = torch.tensor([[4, 9, 17], [6, 12, -1]])  # 17: positions past the end are not counted; -1 unused
     value, metrics = drafter(batch, target.head, anchors=anchors)
     with torch.no_grad():
         out = target.model(batch["input_ids"], output_hidden_states=True)
-        p = torch.softmax(out.logits.float(), -1)
+        p = torch.softmax(out.logits.float()[..., ids], -1)
+        best = out.logits.argmax(-1)
         context = torch.cat([batch["features"][i] for i in drafter.layer_ids], -1)
         ce = {k: [] for k in (1, 2, 3)}
         hits = {k: [] for k in (1, 2, 3)}
         for row, anchor in [(0, 4), (0, 9), (0, 17), (1, 6), (1, 12)]:
             block = torch.tensor([int(batch["input_ids"][row, anchor])] + [drafter.mask_token_id] * 3)
             hidden = by_hand(drafter, target, context[row, :anchor], block, anchor)
-            log_q = torch.log_softmax(hidden @ target.model.lm_head.weight.T, -1)
+            log_q = torch.log_softmax(hidden @ head.T, -1)
             for k in (1, 2, 3):
                 if anchor + k < 20:  # every position from 5 on is loss-masked
                     ce[k].append(-(p[row, anchor + k - 1] * log_q[k]).sum())
-                    hits[k].append(float(log_q[k].argmax() == p[row, anchor + k - 1].argmax()))
+                    hits[k].append(float(ids[log_q[k].argmax()] == best[row, anchor + k - 1]))
         total = sum(torch.exp(torch.tensor(-(k - 1) / 2.0)) * torch.stack(ce[k]).mean() for k in (1, 2, 3))
     torch.testing.assert_close(value, total, rtol=1e-4, atol=1e-5)
     for k in (1, 2, 3):
@@ -225,8 +234,10 @@ def test_bad_input_names_the_key(tiny_qwen3):
         dflash.create(dflash.Config(target_layer_ids=[1, 8]), tiny_qwen3)
     with pytest.raises(DraftsmithError, match="drafter.mask_token_id=65 is '.', a token the tokenizer uses for real"):
         dflash.create(dflash.Config(mask_token_id=65), tiny_qwen3)
-    with pytest.raises(DraftsmithError, match="data.draft_vocab: null"):
-        dflash.create(dflash.Config(), tiny_qwen3, draft_vocab=object())
+    broken = draft_vocab(size=64)
+    broken.t2d[int(broken.t2d.nonzero()[0])] = False
+    with pytest.raises(DraftsmithError, match="draft vocabulary is inconsistent"):
+        dflash.create(dflash.Config(), tiny_qwen3, draft_vocab=broken)
 
 
 def test_the_mask_token_is_the_tokenizers_or_an_id_no_text_uses(tiny_qwen3):
@@ -311,3 +322,49 @@ def test_block_trees_grow_from_the_positions_top_k_and_decode_like_the_plain_loo
     spec = speculative_generate(target, drafter.proposer(target), prompt, DraftShape(tree=(4, 3, 10)), Sampling(), 30,
                                 eos=set())
     assert spec.tokens == plain
+
+
+# --------------------------------------------------------------------------- a draft vocabulary
+@pytest.mark.parametrize("variant", ["dflash", "dspark"])
+def test_a_draft_vocabulary_head_starts_as_the_targets_rows_drafts_only_its_tokens_and_decodes_losslessly(
+        tiny_qwen3, tmp_path, variant):
+    target = frozen(tiny_qwen3)
+    vocab = draft_vocab(size=64)
+    ids = vocab.t2d.nonzero().flatten()
+    fresh = dflash.create(dflash.Config(block_size=6, variant=variant, markov_rank=8), target, draft_vocab=vocab)
+    hidden = torch.randn(3, target.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():  # at the start: the target's own logits at those tokens
+        torch.testing.assert_close(fresh.logits(hidden), target.model.lm_head(hidden)[:, ids])
+    drafter = make(target, vocab=vocab, block_size=6, variant=variant, markov_rank=8)
+    drafter.save_pretrained(tmp_path / "d")
+    loaded = dflash.Drafter.from_pretrained(tmp_path / "d", target)
+    assert loaded.sizes["draft_vocab_size"] == 64 and torch.equal(loaded.draft_ids, ids)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in drafter.state_dict().items())
+    assert loaded.proposer(target).describe()["draft_vocab_size"] == 64
+
+    tokens = torch.tensor([[257, 5, 6, 7, 8, 9]])
+    features = target.forward(tokens[:, :-1], layers=drafter.required_layers, logits=False).features
+    state = DecodeState(tokens, features)
+    proposer = loaded.proposer(target, torch.Generator().manual_seed(0))
+    proposer.confidence_cut = False  # DSpark: whole blocks here
+    chain = proposer.propose(state, DraftShape(length=5), Sampling())
+    tree = proposer.propose(state, DraftShape(tree=(3, 2, 6)), Sampling())
+    sampled = proposer.propose(state, DraftShape(length=5), Sampling(temperature=0.8))
+    for draft in (chain, tree, sampled):
+        assert len(draft) > 0 and bool(vocab.t2d[draft.tokens].all())  # only draft-vocabulary tokens
+    with torch.no_grad():
+        first = proposer.block_logits(state)[0]
+        if variant == "dspark":
+            first = first + drafter.markov_w2.weight @ drafter.markov_w1.weight[9]
+    assert int(chain.tokens[0]) == int(ids[first.argmax()])
+    assert sorted(tree.tokens[tree.parents == -1].tolist()) == sorted(ids[first.topk(2).indices].tolist())
+    assert sampled.probs.shape == (len(sampled), target.vocab_size)
+    torch.testing.assert_close(sampled.probs.sum(-1), torch.ones(len(sampled)))
+    assert float(sampled.probs[:, ~vocab.t2d].abs().max()) == 0.0
+    assert bool((sampled.probs[torch.arange(len(sampled)), sampled.tokens] > 0).all())
+
+    prompt = torch.tensor([[257, 5, 6, 7, 8, 9]])
+    plain = plain_generate(target, prompt, Sampling(), 30, eos=set()).tokens
+    for shape in (DraftShape(length=5), DraftShape(tree=(4, 3, 10))):
+        assert speculative_generate(target, loaded.proposer(target), prompt, shape, Sampling(), 30,
+                                    eos=set()).tokens == plain

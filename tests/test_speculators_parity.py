@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from draftsmith import export as ex
 from draftsmith.drafters import dflash, eagle
@@ -80,8 +81,6 @@ def test_a_flipped_norm_before_residual_fails_the_harness(exported, tmp_path):
 
 def test_include_embedding_stores_the_targets_embedding_and_the_library_computes_our_logits(exported, tmp_path):
     """`--include-embedding` writes the target's own embedding; the library, given nothing else, computes ours."""
-    from safetensors.torch import load_file
-
     target, drafter, out, sequences = exported
     assert "embed_tokens.weight" not in load_file(str(out / "model.safetensors"))
     whole = ex.export(out.parent / "best", "speculators", tmp_path / "whole", verifier=target.name, include_embedding=True)
@@ -101,10 +100,11 @@ def test_include_embedding_stores_the_targets_embedding_and_the_library_computes
 ANCHORS = [2, 7, 11]
 
 
-def trained_dflash(target, folder, **options):
-    """A DFlash drafter with weights moved off their initialisation (norms not all ones), saved to `folder`."""
+def trained_dflash(target, folder, vocab=None, **options):
+    """A DFlash drafter with weights moved off their initialisation (norms not all ones), saved to `folder` (`vocab`:
+    a draft vocabulary)."""
     target.model.requires_grad_(False)
-    drafter = dflash.create(dflash.Config(**options), target)
+    drafter = dflash.create(dflash.Config(**options), target, draft_vocab=vocab)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for parameter in drafter.parameters():
@@ -174,7 +174,8 @@ BROKEN_DFLASH = {
     "sample_from_anchor left to the default": (lambda c: c.pop("sample_from_anchor"), "config keys must be exactly"),
     "an unknown key": (lambda c: c.update(eagle_aux_hidden_state_layer_ids=[2, 3, 4]), "unknown"),
     "sample_from_anchor true": (lambda c: c.update(sample_from_anchor=True), "sample_from_anchor .* must be written"),
-    "a draft vocabulary": (lambda c: c.update(draft_vocab_size=100), "draft_vocab_size"),
+    "a draft vocabulary without its head": (lambda c: c.update(draft_vocab_size=100), "lm_head.weight: missing"),
+    "a vocabulary larger than the target's": (lambda c: c.update(draft_vocab_size=10**6), "draft_vocab_size must be"),
     "the last layer's output": (lambda c: c["aux_hidden_state_layer_ids"].append(8), "aux_hidden_state_layer_ids"),
     "sliding-window draft layers": (lambda c: c["transformer_layer_config"].update(layer_types=["sliding_attention"]),
                                     "attend fully"),
@@ -219,6 +220,43 @@ def test_a_speculators_dflash_export_refuses_include_embedding_and_a_longer_draf
     with pytest.raises(ex.DraftsmithError, match=f"drafts {drafter.config.block_size - 1} tokens at most"):
         ex.export(best, "speculators", tmp_path / "b", speculative_tokens=drafter.config.block_size)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+# --------------------------------------------------------------------------- DFlash / DSpark over a draft vocabulary
+@pytest.fixture(scope="module", params=["dflash", "dspark"])
+def draft_vocab_exported(request, tmp_path_factory):
+    """A DFlash (or DSpark) drafter with its own head over a 64-token draft vocabulary, and its speculators export."""
+    root = tmp_path_factory.mktemp(f"{request.param}-vocab")
+    target = tiny_target("qwen3")
+    target.name = save_target(target, root / "target")
+    drafter = trained_dflash(target, root / "best", vocab=draft_vocab(size=64, vocab=target.vocab_size), block_size=6,
+                             num_layers=1, variant=request.param, markov_rank=16)
+    out = ex.export(root / "best", "speculators", root / "export")
+    sequences = torch.randint(0, 256, (3, 24), generator=torch.Generator().manual_seed(1))
+    return target, drafter, out, sequences
+
+
+def test_speculators_computes_our_draft_vocabulary_export_exactly(draft_vocab_exported, tmp_path):
+    """The library keeps the stored head and its d2t/t2d (it refills only the embedding) and gives our logits over
+    the draft rows; a folder whose d2t no longer matches t2d is refused; the reference layout has no such head."""
+    target, drafter, out, sequences = draft_vocab_exported
+    config = json.loads((out / "config.json").read_text())
+    assert config["draft_vocab_size"] == 64 and config["transformer_layer_config"]["vocab_size"] == target.vocab_size
+    model = load_speculators_dflash(out)
+    assert model.use_draft_vocab and torch.equal(model.t2d, drafter.t2d) and torch.equal(model.d2t, drafter.d2t)
+    torch.testing.assert_close(model.lm_head.weight, drafter.lm_head.weight)
+    results = dflash_parity(target, drafter, out, sequences)
+    assert all(r["argmax_agreement"] == 1.0 and r["max_abs_difference"] < 1e-3 for r in results), results
+    assert "a draft vocabulary of 64 tokens" in (out / "README.md").read_text()
+    shutil.copytree(out, tmp_path / "broken")
+    tensors = load_file(str(out / "model.safetensors"))
+    tensors["d2t"] = tensors["d2t"].flip(0)
+    save_file(tensors, str(tmp_path / "broken" / "model.safetensors"))
+    with pytest.raises(ex.DraftsmithError, match="d2t .* and t2d .* must mark the same tokens"):
+        dflash_export.validate_speculators(tmp_path / "broken", target.num_layers)
+    if drafter.config.variant == "dflash":
+        with pytest.raises(ex.DraftsmithError, match="draft vocabulary of 64 tokens.*--format speculators"):
+            ex.export(out.parent / "best", "dflash", tmp_path / "ref")
 
 
 # --------------------------------------------------------------------------- DSpark (speculators `dspark` layout)

@@ -34,6 +34,20 @@ class DraftVocab:
         return torch.arange(len(self.d2t)) + self.d2t
 
 
+def checked_draft_vocab(draft_vocab: DraftVocab | None, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d2t, t2d) of a draft vocabulary for a target of `vocab_size` tokens, checked against each other; None = the
+    full vocabulary (d2t zeros, t2d all true)."""
+    if draft_vocab is None:
+        return torch.zeros(vocab_size, dtype=torch.long), torch.ones(vocab_size, dtype=torch.bool)
+    d2t, t2d = draft_vocab.d2t.long().cpu(), draft_vocab.t2d.bool().cpu()
+    used = torch.arange(d2t.numel()) + d2t
+    if t2d.numel() != vocab_size or not torch.equal(used, t2d.nonzero().flatten()):
+        raise DraftsmithError(
+            f"The draft vocabulary is inconsistent: t2d ({t2d.numel()} entries, target vocabulary {vocab_size}) must "
+            f"mark exactly the tokens i + d2t[i] of its {d2t.numel()} entries. Rebuild it with `draftsmith prepare`.")
+    return d2t, t2d
+
+
 def build_draft_vocab(token_counts: torch.Tensor, size: int, key: str = "the draft vocabulary size") -> DraftVocab:
     """Top-`size` tokens by count (ties broken by lower id), sorted by target id. `key` names the option
     that set `size` in errors (e.g. the recipe key)."""

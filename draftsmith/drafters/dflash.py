@@ -6,7 +6,10 @@ block's queries attend to keys/values proj(c) at positions < a (all of them: the
 it stops before the anchor) and proj(block) (bidirectional inside the block). Draft layers are Qwen3-style
 (q/k norms) built from transformers' Qwen3 pieces, shaped as the `dflash` reference's `DFlashDraftModel`
 computes them: the context enters k/v without the layer's input norm, RoPE puts context position j at j. The
-final `norm` is the drafter's own; embedding and lm_head are the target's, frozen and never stored.
+final `norm` is the drafter's own; embedding and lm_head are the target's, frozen and never stored. With a draft
+vocabulary (`data.draft_vocab`, N of the target's V tokens) the drafter has its own head over those N rows instead,
+started from the target's lm_head rows and trained (d2t/t2d map rows to target ids, as EAGLE-3 and the speculators
+library's reduced-vocabulary DFlash do); its soft labels are the target's distribution renormalised over them.
 
 Block position k (1..B-1) predicts x_{a+k}; its label is the target's distribution at a+k-1 (soft labels).
 
@@ -49,6 +52,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 
 from draftsmith.config import build
 from draftsmith.cost import CutsDrafts
+from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
 )
@@ -231,11 +235,18 @@ class Drafter(nn.Module):
         self.layers = nn.ModuleList([Layer(self.layer_config) for _ in range(config.num_layers)])
         self.norm = Qwen3RMSNorm(H, eps=self.layer_config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(self.layer_config)
+        V = sizes["vocab_size"]
+        N = sizes.get("draft_vocab_size") or V
+        # Over a draft vocabulary of N < V tokens the drafter has its own head, row i drafting target id i + d2t[i]
+        # (t2d marks those ids), as the speculators library's reduced-vocabulary DFlash; else the target's lm_head.
+        self.lm_head = nn.Linear(H, N, bias=False) if N < V else None
+        self.register_buffer("d2t", torch.zeros(N, dtype=torch.long) if N < V else None)
+        self.register_buffer("t2d", torch.zeros(V, dtype=torch.bool) if N < V else None)
         if config.variant == "dspark":
-            r, V = config.markov_rank, sizes["vocab_size"]
-            self.markov_w1 = nn.Embedding(V, r)
+            r = config.markov_rank
+            self.markov_w1 = nn.Embedding(V, r)  # indexed by the previous token's target id
             nn.init.normal_(self.markov_w1.weight, std=0.01)
-            self.markov_w2 = nn.Linear(r, V, bias=False)
+            self.markov_w2 = nn.Linear(r, N, bias=False)  # a bias on the head's rows
             nn.init.zeros_(self.markov_w2.weight)  # the bias starts at zero: training begins from plain DFlash
             self.confidence = nn.Linear(H + r, 1)
         self.target_info: dict = {}
@@ -279,9 +290,30 @@ class Drafter(nn.Module):
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The target's frozen lm_head on the drafter's normed hidden (float32)."""
+        """Logits [..., N] over the head's rows on the drafter's normed hidden (float32): the target's frozen lm_head
+        over its whole vocabulary, or the drafter's own head over its draft vocabulary (see `to_target`)."""
+        if self.lm_head is not None:
+            return self.lm_head(hidden).float()
         target = self._target()
         return target.model.get_output_embeddings()(hidden.to(target.dtype)).float()
+
+    @property
+    def draft_ids(self) -> torch.Tensor | None:
+        """Target id of each head row (i + d2t[i]); None: the rows are the target's whole vocabulary."""
+        return None if self.d2t is None else torch.arange(self.d2t.numel(), device=self.d2t.device) + self.d2t
+
+    def to_target(self, rows: torch.Tensor) -> torch.Tensor:
+        """Target token ids of head rows `rows` (on their device)."""
+        return rows if self.d2t is None else rows + self.d2t[rows.to(self.d2t.device)].to(rows.device)
+
+    def to_vocabulary(self, q: torch.Tensor) -> torch.Tensor:
+        """A distribution [..., N] over head rows as one over the target's vocabulary [..., V] (0 outside the draft
+        vocabulary), as the lossless acceptance rule reads it."""
+        if self.d2t is None:
+            return q
+        full = q.new_zeros(*q.shape[:-1], self.t2d.numel())
+        full[..., self.draft_ids.to(q.device)] = q
+        return full
 
     @property
     def dspark(self) -> bool:
@@ -289,7 +321,8 @@ class Drafter(nn.Module):
 
     def markov(self, hidden: torch.Tensor, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """DSpark's heads at block positions with normed hiddens `hidden` [..., H] whose previous block tokens are
-        `prev` [...]: the Markov logit bias [..., V] and the confidence logit [...] (sigmoid = P(accepted))."""
+        `prev` [...] (target ids): the Markov logit bias over the head's rows [..., N] and the confidence logit [...]
+        (sigmoid = P(accepted))."""
         emb = self.markov_w1(prev.to(self.markov_w1.weight.device))
         confidence = self.confidence(torch.cat([hidden, emb.to(hidden.dtype)], -1))[..., 0]
         return self.markov_w2(emb).float(), confidence.float()
@@ -350,11 +383,11 @@ class Drafter(nn.Module):
                 bias, confidence = self.markov(at, ids[rows[0], label_at[rows] - 1])
                 logits = logits + bias
             log_q = torch.log_softmax(logits, -1)
-            with torch.no_grad():
-                p = torch.softmax(target_head(last[rows[0], label_at[rows] - 1]).float(), -1)
+            with torch.no_grad():  # over a draft vocabulary: the target's distribution renormalised over its rows
+                p, best = self.labels(target_head, last[rows[0], label_at[rows] - 1])
             ce = -(p * log_q).sum(-1).mean()
             total = total + weight * ce
-            matched = (log_q.argmax(-1) == p.argmax(-1)).float()
+            matched = (self.to_target(log_q.argmax(-1)) == best).float()
             metrics[f"loss_{k - 1}"] = float(ce.detach())
             metrics[f"acc_{k - 1}"] = float(matched.mean())
             if self.dspark:
@@ -364,6 +397,15 @@ class Drafter(nn.Module):
                 metrics[f"confidence_{k - 1}"] = float(torch.sigmoid(confidence.detach()).mean())
         metrics["loss"] = float(total.detach())
         return total, metrics
+
+    def labels(self, target_head, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the target's distribution over the head's rows [n, N], its argmax over the whole vocabulary [n]) at the
+        target's last-layer features `last` [n, H]."""
+        if self.d2t is None:
+            p = torch.softmax(target_head(last).float(), -1)
+            return p, p.argmax(-1)
+        logits, best = target_head.draft_targets(last, self.draft_ids)
+        return torch.softmax(logits.float(), -1), best
 
     def loss(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
         """The training loss and metrics (calls `forward`, so wrappers such as DDP see the call)."""
@@ -381,6 +423,8 @@ class Drafter(nn.Module):
         """Load a folder written by `save_pretrained`, attached to `target` when given."""
         meta, tensors, target_record = read_folder(folder, "dflash")
         sizes = {k: meta[k] for k in ("hidden_size", "vocab_size", "num_target_layers")}
+        if meta.get("draft_vocab_size"):
+            sizes["draft_vocab_size"] = meta["draft_vocab_size"]
         drafter = cls(build(Config, meta["config"], prefix="drafter."), meta["layer_config"], sizes,
                       meta["target_layer_ids"], meta["mask_token_id"])
         drafter.load_state_dict(tensors)
@@ -431,12 +475,15 @@ def layer_config_for(target, num_layers: int) -> dict:
 
 
 def create(config: Config, target, draft_vocab=None) -> Drafter:
-    """A fresh DFlash drafter for `target` (context layers, mask id and draft-layer config fixed here)."""
+    """A fresh DFlash drafter for `target` (context layers, mask id and draft-layer config fixed here). With
+    `draft_vocab` (`.d2t`, `.t2d`, from `prepare`) it drafts over those tokens only, through its own head started
+    from the target's lm_head rows of those tokens (trained with the drafter)."""
     config = dataclasses.replace(config)
     config.validate()
-    if draft_vocab is not None:
-        raise DraftsmithError("DFlash drafts through the target's own lm_head over its whole vocabulary; set "
-                              "data.draft_vocab: null for kind dflash.")
+    head = target.model.get_output_embeddings()
+    if draft_vocab is not None and getattr(head, "bias", None) is not None:
+        raise DraftsmithError("data.draft_vocab: this target's lm_head has a bias, which a DFlash draft-vocabulary "
+                              "head (and the speculators layout) does not hold; set data.draft_vocab: null.")
     L = target.num_layers
     if config.target_layer_ids is None and config.num_target_layers > L:
         raise DraftsmithError(f"drafter.num_target_layers={config.num_target_layers} but target '{target.name}' has "
@@ -446,7 +493,16 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
         raise DraftsmithError(f"drafter.target_layer_ids={layer_ids}: need distinct output-layer ids in 0..{L - 1}.")
     mask_id = resolve_mask_token(config.mask_token_id, target.tokenizer, target.vocab_size)
     sizes = {"hidden_size": target.hidden_size, "vocab_size": target.vocab_size, "num_target_layers": L}
+    if draft_vocab is not None:
+        d2t, t2d = checked_draft_vocab(draft_vocab, target.vocab_size)
+        if d2t.numel() < target.vocab_size:
+            sizes["draft_vocab_size"] = d2t.numel()
     drafter = Drafter(config, layer_config_for(target, config.num_layers), sizes, layer_ids, mask_id)
+    if drafter.lm_head is not None:
+        with torch.no_grad():
+            drafter.d2t.copy_(d2t)
+            drafter.t2d.copy_(t2d)
+            drafter.lm_head.weight.copy_(head.weight[drafter.draft_ids.to(head.weight.device)].float())
     drafter.target_info = target_info(target)
     return drafter.to(target.device).attach(target)
 
@@ -476,6 +532,7 @@ class DFlashProposer(CutsDrafts):
     def describe(self) -> dict:
         """Kind, options and trained parameter count."""
         described = {"kind": "dflash", **dataclasses.asdict(self.drafter.config),
+                     "draft_vocab_size": self.drafter.sizes.get("draft_vocab_size"),
                      "parameters": sum(p.numel() for p in self.drafter.parameters())}
         return {**described, **self.describe_cut()} if self.drafter.dspark else described
 
@@ -510,7 +567,8 @@ class DFlashProposer(CutsDrafts):
 
     @torch.no_grad()
     def block_logits(self, state: DecodeState) -> torch.Tensor:
-        """Backbone logits [B-1, V] of block positions 1..B-1 (DSpark's Markov bias not added: it needs the draft)."""
+        """Backbone logits [B-1, N] over the head's rows at block positions 1..B-1 (DSpark's Markov bias not added:
+        it needs the draft)."""
         return self.drafter.logits(self.block_hidden(state)[1:])
 
     @torch.no_grad()
@@ -519,14 +577,16 @@ class DFlashProposer(CutsDrafts):
         walks the block adding each position's Markov bias and stops where its confidences stop paying."""
         if shape.tree is not None:
             return self.tree(state, *shape.tree)
+        drafter = self.drafter
         hidden = self.block_hidden(state)[1 : 1 + shape.length]
-        logits = self.drafter.logits(hidden)
-        if not self.drafter.dspark:
+        logits = drafter.logits(hidden)
+        if not drafter.dspark:
             if sampling.greedy:
-                return Draft(logits.argmax(-1).cpu())
+                return Draft(drafter.to_target(logits.argmax(-1)).cpu())
             # Block positions do not see each other's draft, so each q_k is the full law of x_k given the prefix.
             q = target_probs(logits, sampling)
-            return Draft(torch.multinomial(q, 1, generator=self.generator)[:, 0].cpu(), probs=q.cpu())
+            rows = torch.multinomial(q, 1, generator=self.generator)[:, 0]
+            return Draft(drafter.to_target(rows).cpu(), probs=drafter.to_vocabulary(q).cpu())
         return self._walk(hidden, logits, state.tokens[0, -1], sampling)
 
     @torch.no_grad()
@@ -537,38 +597,38 @@ class DFlashProposer(CutsDrafts):
         logits = self.drafter.logits(hidden)
         depth_of: dict[int, int] = {}
 
-        def children(position: int, tokens: torch.Tensor) -> torch.Tensor:
+        def children(position: int, tokens: torch.Tensor) -> torch.Tensor:  # tokens: the parents' target ids
             rows = logits[position].expand(tokens.numel(), -1)
             if self.drafter.dspark:
                 rows = rows + self.drafter.markov(hidden[position].expand(tokens.numel(), -1), tokens)[0]
             return torch.log_softmax(rows, -1).cpu()
 
-        def grow(node_ids, tokens, parent_ids):
+        def grow(node_ids, rows, parent_ids):  # rows: the frontier's head rows
             depths = [1 if int(p) < 0 else depth_of[int(p)] + 1 for p in parent_ids]
             depth_of.update({int(n): d for n, d in zip(node_ids, depths)})
-            return children(depths[0], tokens)  # one frontier is one depth
+            return children(depths[0], self.drafter.to_target(rows))  # one frontier is one depth
 
         root = children(0, state.tokens[0, -1:].to(logits.device))[0]
-        tokens, parents, _ = dynamic_tree(root, grow, len(logits), top_k, total_tokens)
-        return Draft(tokens, parents)
+        rows, parents, _ = dynamic_tree(root, grow, len(logits), top_k, total_tokens)
+        return Draft(self.drafter.to_target(rows), parents)
 
     def _walk(self, hidden, logits, anchor, sampling: Sampling) -> Draft:
         """DSpark: position k's logits plus the Markov bias of the token drafted before it, left to right."""
-        rule = self.stopping_rule(len(logits))
+        drafter, rule = self.drafter, self.stopping_rule(len(logits))
         tokens, probs, prev = [], [], anchor.reshape(())
         for k in range(len(logits)):
-            bias, confidence = self.drafter.markov(hidden[k], prev)
+            bias, confidence = drafter.markov(hidden[k], prev)
             if rule is not None and not rule.keep(float(torch.sigmoid(confidence))):
                 break
             row = logits[k] + bias
             if sampling.greedy:
-                prev = row.argmax()
+                prev = drafter.to_target(row.argmax())
             else:
                 q = target_probs(row[None], sampling)[0]
-                prev = torch.multinomial(q, 1, generator=self.generator)[0]
+                prev = drafter.to_target(torch.multinomial(q, 1, generator=self.generator)[0])
                 probs.append(q)
             tokens.append(prev)
         drafted = torch.stack(tokens).cpu() if tokens else torch.zeros(0, dtype=torch.long)
         if sampling.greedy:
             return Draft(drafted)
-        return Draft(drafted, probs=torch.stack(probs).cpu() if probs else logits[:0].cpu())
+        return Draft(drafted, probs=drafter.to_vocabulary(torch.stack(probs) if probs else logits[:0]).cpu())

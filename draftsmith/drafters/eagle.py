@@ -28,6 +28,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from draftsmith.config import build
+from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder,
     save_folder, target_info,
@@ -342,7 +343,7 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
     config.validate()
     if not eagle3 and config.layers != [target.num_layers - 1]:
         raise DraftsmithError(f"eagle1 reads the target's last layer ({target.num_layers - 1}); got {config.layers}.")
-    d2t, t2d = _draft_vocab(draft_vocab if eagle3 else None, target.vocab_size)
+    d2t, t2d = checked_draft_vocab(draft_vocab if eagle3 else None, target.vocab_size)
     drafter = Drafter(config, _layer_config(target, config, d2t.numel())).to(target.device)
     drafter.target_info = target_info(target)
     drafter.attach(target)
@@ -355,19 +356,6 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
             head = target.model.get_output_embeddings().weight[drafter.draft_ids]
             drafter.lm_head.weight.copy_(head * scale.float())
     return drafter
-
-
-def _draft_vocab(draft_vocab, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(d2t, t2d) of a draft vocabulary, checked against each other; None = the full vocabulary."""
-    if draft_vocab is None:
-        return torch.zeros(vocab_size, dtype=torch.long), torch.ones(vocab_size, dtype=torch.bool)
-    d2t, t2d = draft_vocab.d2t.long().cpu(), draft_vocab.t2d.bool().cpu()
-    used = torch.arange(d2t.numel()) + d2t
-    if t2d.numel() != vocab_size or not torch.equal(used, t2d.nonzero().flatten()):
-        raise DraftsmithError(
-            f"The draft vocabulary is inconsistent: t2d ({t2d.numel()} entries, target vocabulary {vocab_size}) must "
-            f"mark exactly the tokens i + d2t[i] of its {d2t.numel()} entries. Rebuild it with `draftsmith prepare`.")
-    return d2t, t2d
 
 
 def _layer_config(target, config: Config, draft_vocab_size: int) -> LlamaConfig:

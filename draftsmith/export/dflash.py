@@ -10,13 +10,14 @@ tensors go across unchanged.
 
 speculators layout (`--format speculators`, speculators 0.9.0 `models/dflash`, `models/dspark`): `config.json` holds
 `speculators_model_type`, `transformer_layer_config` (the draft layers' Qwen3 config), `aux_hidden_state_layer_ids` in
-the library's convention (`check.LAYER_ID_SHIFT["speculators"]`), `mask_token_id`, `block_size`, `draft_vocab_size` =
-the target's vocabulary (so no d2t/t2d), and `sample_from_anchor: false`: block position 0 is the last committed
-token and positions 1..B-1 are drafted, our layout (the library's DSpark defaults to true, so it is always written).
-The body keeps our tensor names; DSpark's heads are renamed into the library's `markov_head` / `confidence_head`
-(vanilla Markov head, confidence on [normed hidden; markov_w1 row]). Embedding and lm_head are not stored, as the
-library's own full-vocabulary checkpoints: each time it loads the folder it refills both from the verifier named in
-the config, overwriting any stored copy.
+the library's convention (`check.LAYER_ID_SHIFT["speculators"]`), `mask_token_id`, `block_size`, `draft_vocab_size`,
+and `sample_from_anchor: false`: block position 0 is the last committed token and positions 1..B-1 are drafted, our
+layout (the library's DSpark defaults to true, so it is always written). The body keeps our tensor names; DSpark's
+heads are renamed into the library's `markov_head` / `confidence_head` (vanilla Markov head, confidence on [normed
+hidden; markov_w1 row]). The embedding is never stored: each time the library loads the folder it refills it from
+the verifier named in the config. A full-vocabulary drafter (`draft_vocab_size` = the target's vocabulary) stores no
+lm_head either (the library refills it from the verifier too, overwriting any stored copy); a draft-vocabulary
+drafter stores its own `lm_head` with `d2t` / `t2d`, which the library keeps.
 
 Each layout is validated against exactly the parameters its config builds, and the round trip gives back the
 checkpoint's tensors, layer ids, mask id and block size.
@@ -80,10 +81,13 @@ def expected_shapes(config: dict) -> dict[str, tuple[int, ...]]:
 
 
 def speculators_shapes(config: dict) -> dict[str, tuple[int, ...]]:
-    """Every parameter speculators' DFlash/DSpark model builds from `config` and saves (a full-vocabulary draft saves
-    no embedding, lm_head or verifier copies), with its shape."""
+    """Every parameter speculators' DFlash/DSpark model builds from `config` and saves (never the embedding or the
+    verifier's copies; the lm_head with d2t/t2d only over a draft vocabulary), with its shape."""
     layer = config["transformer_layer_config"]
     shapes = layer_shapes(layer, len(config["aux_hidden_state_layer_ids"]))
+    if config["draft_vocab_size"] < layer["vocab_size"]:  # the drafter's own head over its draft vocabulary
+        shapes.update({"lm_head.weight": (config["draft_vocab_size"], layer["hidden_size"]),
+                       "d2t": (config["draft_vocab_size"],), "t2d": (layer["vocab_size"],)})
     if config["speculators_model_type"] == "dspark":
         r, H = config["markov_rank"], layer["hidden_size"]
         shapes.update({"markov_head.markov_w1.weight": (layer["vocab_size"], r),
@@ -162,7 +166,8 @@ def speculators_config(meta: dict, verifier: str, speculative_tokens: int) -> di
     config = {
         "speculators_model_type": kind, "architectures": [ARCHITECTURES[kind]],
         "transformer_layer_config": {**layer, "num_hidden_layers": meta["config"]["num_layers"]},
-        "draft_vocab_size": meta["vocab_size"], "target_hidden_size": meta["hidden_size"], "block_size": size,
+        "draft_vocab_size": meta.get("draft_vocab_size") or meta["vocab_size"], "target_hidden_size": meta["hidden_size"],
+        "block_size": size,
         "aux_hidden_state_layer_ids": to_format_layer_ids("speculators", meta["target_layer_ids"]),
         "mask_token_id": meta["mask_token_id"], "sliding_window_non_causal": False, "sample_from_anchor": False,
         "speculators_config": {
@@ -179,7 +184,8 @@ def speculators_config(meta: dict, verifier: str, speculative_tokens: int) -> di
 
 def validate_speculators(folder: Path, num_target_layers: int) -> None:
     """The folder is what speculators' DFlash/DSpark model loads, read as we mean it: exactly its keys, our block
-    layout, the target's full vocabulary, capturable layer ids, a full-attention Qwen3 layer config, its parameters."""
+    layout, the target's vocabulary or a consistent draft vocabulary, capturable layer ids, a full-attention Qwen3
+    layer config, its parameters."""
     config = json.loads((folder / "config.json").read_text())
     kind, problems = config.get("speculators_model_type"), []
     if kind not in ARCHITECTURES:
@@ -198,9 +204,11 @@ def validate_speculators(folder: Path, num_target_layers: int) -> None:
     if config.get("sample_from_anchor") is not False or config.get("sliding_window_non_causal") is not False:
         problems.append("sample_from_anchor and sliding_window_non_causal must be written as false (block position 0 "
                         "is the last committed token; the DSpark default is true)")
-    if config.get("draft_vocab_size") != layer.get("vocab_size") or config.get("target_hidden_size") != layer.get("hidden_size"):
-        problems.append("draft_vocab_size and target_hidden_size must be the target's vocabulary and hidden size "
-                        "(the drafter reads the target's embedding and lm_head)")
+    vocab = layer.get("vocab_size") or 0
+    if not isinstance(config.get("draft_vocab_size"), int) or not 1 <= config["draft_vocab_size"] <= vocab:
+        problems.append(f"draft_vocab_size must be an integer in 1..{vocab}, the target's vocabulary")
+    if config.get("target_hidden_size") != layer.get("hidden_size"):
+        problems.append("target_hidden_size must be the target's hidden size (the drafter reads its embedding)")
     size = config.get("block_size")
     if not isinstance(size, int) or size < 2:
         problems.append("block_size must be an integer >= 2")
@@ -219,6 +227,13 @@ def validate_speculators(folder: Path, num_target_layers: int) -> None:
         problems.append(f"the DSpark heads must be {', '.join(f'{k}: {v}' for k, v in DSPARK_HEADS.items() if v is not None)}")
     if not problems:
         problems += check_tensors(folder, speculators_shapes(config), f"speculators' {kind} model")
+    if not problems and config["draft_vocab_size"] < vocab:
+        tensors = load_file(str(folder / "model.safetensors"))
+        d2t, t2d = tensors["d2t"], tensors["t2d"]
+        if d2t.dtype != torch.long or t2d.dtype != torch.bool or not torch.equal(
+                torch.arange(d2t.numel()) + d2t, t2d.nonzero().flatten()):
+            problems.append("d2t (int64 offsets) and t2d (bool) must mark the same tokens: t2d true exactly at "
+                            "i + d2t[i], in increasing order")
     if problems:
         raise DraftsmithError(f"The speculators {kind} export in '{folder}' is not what the library loads as this "
                               "drafter: " + "; ".join(problems))
@@ -268,6 +283,11 @@ def write(checkpoint: Path, fmt: str, staging: Path, options) -> DFlashCard:
         if kind != "dflash":
             raise DraftsmithError(f"'{checkpoint}' is a {kind} drafter; the DFlash reference layout has no Markov or "
                                   "confidence head. Export it with --format speculators (the speculators dspark layout).")
+        if meta.get("draft_vocab_size"):
+            raise DraftsmithError(f"'{checkpoint}' drafts over a draft vocabulary of {meta['draft_vocab_size']} tokens "
+                                  "through its own head; the DFlash reference layout reads the target's lm_head over the "
+                                  "whole vocabulary. Export it with --format speculators (which stores the head with "
+                                  "d2t/t2d).")
         tokens, config, exported = size - 1, reference_config(meta), tensors
         ids = config["dflash_config"]["target_layer_ids"]
     (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -281,7 +301,8 @@ def write(checkpoint: Path, fmt: str, staging: Path, options) -> DFlashCard:
         check_round_trip(staging, meta, tensors)
     facts = DFlashCard(**shared, fmt=fmt, variant=kind, block_size=size, speculative_tokens=tokens,
                        num_layers=meta["config"]["num_layers"], target_layer_ids=meta["target_layer_ids"],
-                       format_layer_ids=ids, parameters=sum(t.numel() for t in tensors.values()))
+                       format_layer_ids=ids, draft_vocab_size=meta.get("draft_vocab_size"),
+                       parameters=sum(t.numel() for t in tensors.values() if t.is_floating_point()))
     return card.finish_card(staging, facts, results_path, render_card)
 
 
@@ -297,6 +318,7 @@ class DFlashCard(card.SharedFacts):
     num_layers: int
     target_layer_ids: list[int]
     format_layer_ids: list[int]
+    draft_vocab_size: int | None  # None: the target's whole vocabulary through its lm_head
     parameters: int
 
 
@@ -317,13 +339,18 @@ def render_card(facts: DFlashCard) -> str:
         "+1: the library reads HF `hidden_states[id]`, the stream entering layer id"
     about += ["| | |", "|---|---|", f"| block size | {facts.block_size} |", f"| draft layers | {facts.num_layers} |",
               f"| target layer ids in config.json | {facts.format_layer_ids} ({convention}) |",
-              f"| parameters | {facts.parameters:,} |", f"| format | {layout} |", ""]
+              f"| parameters | {facts.parameters:,} |", f"| format | {layout} |",
+              "| vocabulary | " + (f"a draft vocabulary of {facts.draft_vocab_size:,} tokens, its own lm_head (`d2t`/`t2d` "
+                                  "map its rows to target ids) |" if facts.draft_vocab_size else
+                                  "the target's whole vocabulary, through the target's lm_head |"), ""]
     if facts.fmt == "speculators":
-        about += [f"The target's embedding and lm_head are not stored, as in the speculators library's own "
-                  f"full-vocabulary checkpoints: each time the library loads this folder it fills both from the "
-                  f"verifier named in config.json (`{facts.verifier}`), which must then be readable (a hub id with "
-                  "network access, or a local folder); it would overwrite a stored copy. Block position 0 is the "
-                  "last accepted token (`sample_from_anchor: false`).", ""]
+        stored = ("The target's embedding is not stored: each time the library loads this folder it fills it from "
+                  if facts.draft_vocab_size else
+                  "The target's embedding and lm_head are not stored, as in the speculators library's own "
+                  "full-vocabulary checkpoints: each time the library loads this folder it fills both from ")
+        about += [stored + f"the verifier named in config.json (`{facts.verifier}`), which must then be readable (a hub "
+                  "id with network access, or a local folder); it would overwrite a stored copy. Block position 0 is "
+                  "the last accepted token (`sample_from_anchor: false`).", ""]
         module = "dspark" if facts.variant == "dspark" else "dflash"
         model = "DSparkDraftModel" if facts.variant == "dspark" else "DFlashDraftModel"
         loading = ["## Loading", "", "```python", f"from speculators.models.{module} import {model}", "",
