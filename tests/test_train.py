@@ -13,6 +13,7 @@ import yaml
 from draftsmith.config import load
 from draftsmith.errors import DraftsmithError
 from draftsmith.train import recipe as recipe_module
+from draftsmith.train.checkpoint import STATE_FILE
 from draftsmith.train.config import TrainConfig
 from draftsmith.train.data import GROUP_BATCHES, SampleOrder, TrainingData, micro_batch_index
 from draftsmith.train.recipe import TrainRecipe, warmup_cosine
@@ -115,9 +116,10 @@ def required_layers(config: TrainConfig, target) -> list[int]:
     return kind_module(kind).create(options, target).required_layers
 
 
-def make_recipe(tmp_path, target, variant="eagle3", data=None, poison=None, **train) -> TrainRecipe:
+def make_recipe(tmp_path, target, variant="eagle3", data=None, poison=None, evaluation=None, **train) -> TrainRecipe:
     tmp_path.mkdir(parents=True, exist_ok=True)
     config_dict = recipe_dict({"target": "unused", "prepared": None}, variant, **train)
+    config_dict["eval"].update(evaluation or {})
     config_dict["data"] = {"features": "in-memory", "batch_size": 2, "max_length": 48}
     config_dict["output_dir"] = str(tmp_path / "run")
     config = load(TrainConfig, write_recipe(tmp_path / "recipe.yaml", config_dict))
@@ -252,6 +254,7 @@ def test_nan_loss_stops_naming_step_and_samples_and_keeps_last_good_checkpoint(t
 
 
 def test_best_is_chosen_by_decoded_acceptance_length_not_by_loss(tmp_path, monkeypatch):
+    """eval.select_by: decoded."""
     scripted = iter([1.2, 1.9, 1.4])  # the decoder's τ at steps 2, 4, 6
 
     def rigged_decode(kind, folder, target, prompts, draft_length, max_new_tokens):
@@ -261,7 +264,7 @@ def test_best_is_chosen_by_decoded_acceptance_length_not_by_loss(tmp_path, monke
     monkeypatch.setattr(recipe_module, "decode_acceptance_length", rigged_decode)
     target = tiny_target()
     recipe = make_recipe(tmp_path, target, max_steps=6, eval_every=2, checkpoint_every=2, keep_checkpoints=0,
-                         lr=3e-3)
+                         lr=3e-3, evaluation={"select_by": "decoded"})
     recipe.train()
     out = tmp_path / "run"
     losses = [r["loss"] for r in read_log(out, "eval")]
@@ -275,6 +278,27 @@ def test_best_is_chosen_by_decoded_acceptance_length_not_by_loss(tmp_path, monke
     at6 = load_file(str(out / "checkpoint-6" / "drafter" / "model.safetensors"))
     assert all(torch.equal(best[k], at4[k]) for k in best)
     assert not all(torch.equal(best[k], at6[k]) for k in best)
+
+
+def test_best_is_chosen_by_the_implied_acceptance_length_by_default_and_the_decode_is_only_logged(tmp_path, monkeypatch):
+    """The default selector reads the held-out accuracies' implied τ; a decode that ranks the steps otherwise is
+    logged as measured and changes nothing else."""
+    implied, decoded = iter([1.3, 1.6, 1.4]), iter([1.9, 1.2, 1.5])  # at steps 2, 4, 6: they disagree
+    monkeypatch.setattr(recipe_module, "implied_acceptance_length", lambda accuracies: next(implied))
+    monkeypatch.setattr(recipe_module, "decode_acceptance_length",
+                        lambda *args: {"acceptance_length": next(decoded), "acceptance_per_position": []})
+    target = tiny_target()
+    recipe = make_recipe(tmp_path, target, max_steps=6, eval_every=2, checkpoint_every=2, keep_checkpoints=0,
+                         lr=3e-3)
+    recipe.train()
+    out = tmp_path / "run"
+    records = read_log(out, "eval")
+    assert [(r["implied_acceptance_length"], r["acceptance_length"]) for r in records] == [(1.3, 1.9), (1.6, 1.2),
+                                                                                            (1.4, 1.5)]
+    assert (recipe.best_step, recipe.best_score) == (4, 1.6)
+    best = json.loads((out / "best.json").read_text())
+    assert (best["step"], best["selected_by"]) == (4, "implied")
+    assert json.loads((out / "checkpoint-6" / STATE_FILE).read_text())["select_by"] == "implied"
 
 
 def test_validation_does_not_change_the_training_trajectory(tmp_path):

@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     if not recipe.main:
         return 0
     score = f"{recipe.best_score:.3f}" if recipe.best_score is not None else "n/a"
-    print(f"best drafter: {recipe.output_dir / 'best'} (acceptance length {score} at step {recipe.best_step})")
+    print(f"best drafter: {recipe.output_dir / 'best'} ({recipe.config.eval.select_by} acceptance length {score} at "
+          f"step {recipe.best_step})")
     pipeline.write_training_facts(config, recipe, args.recipe, time.monotonic() - start)
     pipeline.final_report(config, recipe.target)
     return 0

@@ -115,6 +115,10 @@ class EvalSection:
     """tokens drafted per cycle in the validation decode"""
     max_new_tokens: int = 64
     """new tokens generated per validation prompt"""
+    select_by: Literal["implied", "decoded"] = "implied"
+    """what keeps best/: implied = the chain τ that the per-step top-1 accuracies over all eval.batches held-out
+    batches imply (thousands of positions); decoded = τ of the validation decode of eval.num_prompts prompts (a
+    few prompts: it can flip on noise). The validation decode is logged either way when num_prompts > 0"""
 
 
 @dataclass

@@ -187,6 +187,10 @@ class TrainRecipe:
                 "that one stopped. Use the same data and train.seed, or start a new output_dir."
             )
         self.best_score, self.best_step = state["best_score"], state["best_step"]
+        if state.get("select_by", "decoded") != self.config.eval.select_by:  # older checkpoints chose by decode
+            print(f"best/ (step {self.best_step}) was chosen by {state.get('select_by', 'decoded')} τ; this run chooses "
+                  f"by {self.config.eval.select_by} τ, so the next validation starts the comparison again.")
+            self.best_score = None
         if self.main:  # a killed run may have logged steps past its last checkpoint: drop them
             path = self.output_dir / LOG_FILE
             lines = path.read_text().splitlines() if path.is_file() else []
@@ -298,7 +302,8 @@ class TrainRecipe:
     # ------------------------------------------------------------------ validation
     @torch.no_grad()
     def validate(self) -> dict:
-        """Held-out per-step accuracy, implied τ, real decode τ; refresh best/ when τ improves."""
+        """Held-out per-step accuracy, implied τ, real decode τ; refresh best/ when the selected τ improves
+        (`eval.select_by`)."""
         with checkpoint.preserved_rng():  # validation must not change the training trajectory
             self.model.eval()
             record = {"step": self.step, **self._held_out_metrics()}
@@ -353,12 +358,19 @@ class TrainRecipe:
                                               evaluation.draft_length, evaluation.max_new_tokens)
         except ImportError as err:
             self.decoder_missing = True
-            print(f"Validation decode skipped (the decoder is unavailable: {err}); best/ uses the implied τ.")
+            print(f"Validation decode skipped (the decoder is unavailable: {err}); only the implied τ is logged.")
             return {}
         return result or {}
 
+    def _selection_score(self, record: dict) -> float | None:
+        """The τ that picks best/ (`eval.select_by`), else the other one where that one is missing."""
+        implied, decoded = record.get("implied_acceptance_length"), record.get("acceptance_length")
+        first, second = (implied, decoded) if self.config.eval.select_by == "implied" else (decoded, implied)
+        return first if first is not None else second
+
     def _keep_if_best(self, candidate: Path, record: dict) -> None:
-        score = record.get("acceptance_length") or record.get("implied_acceptance_length")
+        score = self._selection_score(record)
+        record["selected_by"] = self.config.eval.select_by
         improved = self.best_score is None or (score is not None and score > self.best_score)
         if improved:
             self.best_score, self.best_step = score, self.step
@@ -387,6 +399,7 @@ class TrainRecipe:
     def save_checkpoint(self) -> Path:
         """checkpoint-<step>/ with everything needed to continue exactly; `latest` points to it."""
         state = {"step": self.step, "best_score": self.best_score, "best_step": self.best_step,
+                 "select_by": self.config.eval.select_by,
                  "layout": self.layout(), "kind": self.kind, "data": self._data_position()}
         with checkpoint.preserved_rng():
             return checkpoint.save_checkpoint(self.accelerator, self.output_dir, self.step, state,

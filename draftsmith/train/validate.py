@@ -1,8 +1,10 @@
 """Validation numbers: per-step accuracy, the acceptance length it implies, and a real decode.
 
-Training accuracy alone can look good while real acceptance is poor (DESIGN §3, DFlash), so
-`best/` is chosen by τ from the built-in decoder; the accuracy-implied τ is reported beside it
-and used only when the decoder is unavailable.
+`best/` is chosen by the τ that held-out per-step accuracies imply (`eval.select_by: implied`, the
+default: thousands of held-out positions, so it does not flip on the noise of a few decoded prompts)
+or by the τ of a real decode of `eval.num_prompts` prompts (`decoded`). The real decode is logged
+beside the implied τ either way: training accuracy can look good while real acceptance is poor
+(DESIGN §3, DFlash), and the two side by side show it.
 """
 
 from __future__ import annotations
