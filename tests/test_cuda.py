@@ -67,9 +67,8 @@ def test_each_kind_trains_on_the_gpu_and_decodes_losslessly_there(assets, name):
     assert report["environment"]["device"].startswith("cuda")
     assert report["lossless"] == {"checked": 3, "identical": 3}
 
-    # the saved folder, decoded by `draftsmith eval` on the GPU: chains, trees where the kind drafts them, sampling
-    shapes = [["--draft-length", "3"]] + ([] if name == "dflash" else [["--tree", "3,2,6"]])
-    for index, shape in enumerate(shapes):
+    # the saved folder, decoded by `draftsmith eval` on the GPU: chains, trees (DFlash: from one block), sampling
+    for index, shape in enumerate([["--draft-length", "3"], ["--tree", "3,2,6"]]):
         out = assets / name / f"eval-{index}"
         assert main(["eval", "--target", str(assets / "target"), "--drafter", str(assets / name / "best"),
                      "--prompts", str(assets / "prompts.jsonl"), "--num-prompts", "3", "--max-new-tokens", "16",
