@@ -318,6 +318,18 @@ def test_dspark_misreadings_fail_the_harness(dspark_exported, tmp_path):
     assert float((ours["confidence"] - theirs["confidence"]).abs().max()) > 1e-2
 
 
+def test_the_card_of_a_dspark_export_takes_no_results_of_a_dflash_drafter(dspark_exported, tmp_path):
+    _, _, out, _ = dspark_exported
+    results = {"acceptance_length": 2.5, "drafter": {"kind": "dflash", "variant": "dflash"}}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    with pytest.raises(ex.DraftsmithError, match="does not hold results of this drafter.*is a dspark drafter"):
+        ex.export(out.parent / "best", "speculators", tmp_path / "card", eval_results=str(tmp_path / "results.json"))
+    results["drafter"]["variant"] = "dspark"
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    card = ex.export(out.parent / "best", "speculators", tmp_path / "card", eval_results=str(tmp_path / "results.json"))
+    assert "2.5" in (card / "README.md").read_text()
+
+
 def test_a_dspark_drafter_has_no_reference_layout(dspark_exported, tmp_path):
     _, _, out, _ = dspark_exported
     with pytest.raises(ex.DraftsmithError, match="no Markov or confidence head.*--format speculators"):

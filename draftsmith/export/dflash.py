@@ -271,7 +271,8 @@ def write(checkpoint: Path, fmt: str, staging: Path, options) -> DFlashCard:
                               "embedding, and speculators' DFlash/DSpark model refills it (and the lm_head) from the "
                               "verifier every time it loads, overwriting a stored copy.")
     kind, size = variant(meta), meta["config"]["block_size"]
-    shared, results_path = card.shared_facts(checkpoint, options, "dflash", "is DFlash", meta.get("target_name"))
+    shared, results_path = card.shared_facts(checkpoint, options, "dflash", f"is a {kind} drafter",
+                                             meta.get("target_name"), variant=kind)
     if fmt == "speculators":
         tokens = options.speculative_tokens or size - 1
         if not 1 <= tokens <= size - 1:
