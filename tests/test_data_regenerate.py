@@ -96,3 +96,36 @@ def test_sampled_generation_is_batched_and_seeded(tiny_llama):
     assert greedy == generate(tiny_llama, prompts, 0.0, 8)
     # left padding does not change a greedy answer: the short prompt alone gives the same text
     assert generate(tiny_llama, prompts[:1], 0.0, 8) == greedy[:1]
+
+
+def test_greedy_generation_drops_finished_rows_and_writes_what_transformers_generate_writes(tiny_llama):
+    """Rows that reach EOS leave the batch (every later forward is smaller), and each response is the one
+    transformers' generate() writes with the same prompts, padding and EOS."""
+    from draftsmith.data.regenerate import generate
+    from draftsmith.data.templates import encode_prompt
+
+    tokenizer, model = tiny_llama.tokenizer, tiny_llama.model
+    prompts = [[{"role": "user", "content": text}] for text in ("hi", "a longer question here", "why?", "tell me more")]
+    encoded = [encode_prompt(tokenizer, p) for p in prompts]
+    width = max(map(len, encoded))
+    ids = torch.tensor([[tokenizer.pad_token_id or 0] * (width - len(e)) + e for e in encoded])
+    mask = (torch.arange(width)[None] >= torch.tensor([width - len(e) for e in encoded])[:, None]).long()
+    free = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)[:, width:]
+    tokenizer.eos_token_id = int(free[0, 3])  # an EOS that ends the first row early and some others maybe
+    assert tokenizer.eos_token_id == int(free[0, 3])
+    reference = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+                               eos_token_id=tokenizer.eos_token_id, pad_token_id=0)[:, width:]
+    eos = tokenizer.eos_token_id
+    ends = [row.tolist().index(eos) + 1 if eos in row.tolist() else len(row) for row in reference]  # pads follow EOS
+    expected = [tokenizer.decode(row[:end], skip_special_tokens=True).strip() for row, end in zip(reference, ends)]
+    assert min(ends) < 12  # some row ended early
+    rows, forward = [], model.forward
+    model.forward = lambda *args, **kwargs: rows.append(kwargs["input_ids"].shape[0]) or forward(*args, **kwargs)
+    try:
+        got = generate(tiny_llama, prompts, 0.0, 12)
+    finally:
+        del model.forward
+    assert got == expected
+    assert rows[0] == 4 and min(rows) < 4 and rows == sorted(rows, reverse=True)  # the batch only shrinks
+    assert len(rows) <= 12

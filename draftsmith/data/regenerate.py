@@ -112,20 +112,46 @@ def regenerate_batch(target, records, temperature, max_new_tokens, last_turn_onl
 def generate(target, prompts: list, temperature: float, max_new_tokens: int, chat_template: str | None = None,
              strip: bool = True) -> list[str]:
     """Responses of the target to chat prompts (message lists) or raw text prompts, batched with left padding.
-    Prompts are tokenized as the target's own generation sees them (`encode_prompt`)."""
-    from draftsmith.data.templates import encode_prompt
+    Prompts are tokenized as the target's own generation sees them (`encode_prompt`); a response ends at the
+    tokenizer's EOS or after `max_new_tokens` tokens.
 
-    tokenizer = target.tokenizer
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    A row leaves the batch, cache rows included, as soon as it ends, so every forward computes only the rows still
+    writing: a batch costs what its live rows cost, not `max_new_tokens` steps of all of them (transformers'
+    `generate` keeps finished rows to the end). Greedy output is that of `generate` (the same positions and masks)."""
+    from transformers import DynamicCache
+
+    from draftsmith.data.templates import encode_prompt
+    from draftsmith.sampling import Sampling, choose
+
+    tokenizer, model, device = target.tokenizer, target.model, target.device
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     encoded = [encode_prompt(tokenizer, prompt, chat_template) for prompt in prompts]
     width = max(map(len, encoded))
-    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded])
-    attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded])
-    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
-        else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
-    output = target.model.generate(
-        input_ids=input_ids.to(target.device), attention_mask=attention_mask.to(target.device),
-        max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **sampling,
-    )
-    texts = [tokenizer.decode(row, skip_special_tokens=True) for row in output[:, width:]]
+    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded], device=device)
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: each prompt starts at position 0
+    sampling = Sampling(temperature=max(temperature, 0.0))
+    cache = DynamicCache(config=model.config)
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=cache,
+                   use_cache=True).logits[:, -1]
+    live = torch.arange(len(prompts))  # the prompt of each batch row
+    written: list[list[int]] = [[] for _ in prompts]
+    position = positions[:, -1]
+    for step in range(max_new_tokens):
+        token = choose(logits.float().cpu(), sampling)
+        for row, value in zip(live.tolist(), token.tolist()):
+            written[row].append(value)
+        going = token != eos if eos is not None else torch.ones_like(token, dtype=torch.bool)
+        if step == max_new_tokens - 1 or not bool(going.any()):
+            break
+        if not bool(going.all()):  # finished rows leave the batch and the cache
+            keep = going.nonzero().flatten()
+            cache.batch_select_indices(keep.to(device))
+            live, token, mask, position = live[keep], token[keep], mask[keep.to(device)], position[keep.to(device)]
+        mask = torch.cat([mask, mask.new_ones(len(live), 1)], -1)
+        position = position + 1
+        logits = model(input_ids=token[:, None].to(device), attention_mask=mask, position_ids=position[:, None],
+                       cache=cache, use_cache=True).logits[:, -1]
+    texts = [tokenizer.decode(tokens, skip_special_tokens=True) for tokens in written]
     return [text.strip() for text in texts] if strip else texts
