@@ -1,0 +1,106 @@
+"""Benchmark: where one online EAGLE-3 training step's time goes, in the default recipe's shapes. Run it alone.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/train_step_profile.py --data runs/smollm2-135m-instruct/data
+
+One batch of 4 prepared samples (the recipe's batch_size) whose lengths are nearest the data's median, as
+`group_by_length` batches them, cut to 512 tokens; fp32 on the CPU. Each part is the median of --repeats runs:
+- the target's forward with the features of its 3 EAGLE-3 layers and the last one captured (online mode);
+- the soft labels: the target's head over the draft vocabulary at every learned position;
+- the drafter's forward with its loss at 1 .. 7 TTT steps (what one more step costs is the difference), then
+  its backward at 7 steps;
+- the optimizer step (AdamW, the drafter's parameters).
+Prints the parts in milliseconds and as shares of the step, and the step's tokens/s over the target's
+forward-only tokens/s (the figure issue 16 asks to raise to 0.8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from draftsmith.data.capture import TokenDataset, capture_batch, collate  # noqa: E402
+from draftsmith.data.prepared import load_prepared  # noqa: E402
+from draftsmith.data.vocab import load_draft_vocab  # noqa: E402
+from draftsmith.drafters import eagle  # noqa: E402
+from draftsmith.target import load_target  # noqa: E402
+from draftsmith.train.data import truncate  # noqa: E402
+
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("--data", required=True, help="a prepared data folder with its draft vocabulary (data.prepared)")
+parser.add_argument("--repeats", type=int, default=5, help="runs of each part; the median counts (default 5)")
+parser.add_argument("--batch-size", type=int, default=4, help="samples per batch (the recipe's data.batch_size)")
+parser.add_argument("--target", default="smollm2-135m-instruct", help="target name, hub id, folder or .gguf")
+args = parser.parse_args()
+
+
+def median_ms(work, repeats: int = args.repeats) -> float:
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        work()
+        times.append(1000 * (time.perf_counter() - began))
+    return statistics.median(times)
+
+
+torch.manual_seed(0)
+target = load_target(args.target)
+target.model.requires_grad_(False)
+dataset = TokenDataset(load_prepared(args.data, target)["train"])
+lengths = [min(len(dataset[i]["input_ids"]), 512) for i in range(len(dataset))]
+middle = statistics.median(lengths)
+chosen = sorted(range(len(dataset)), key=lambda i: abs(lengths[i] - middle))[: args.batch_size]
+pad = target.tokenizer.pad_token_id or 0
+batch = collate([truncate(dataset[i], 512) for i in chosen], pad)
+tokens = int(batch["attention_mask"].sum())
+drafter = eagle.create(eagle.Config(), target, draft_vocab=load_draft_vocab(args.data, target))
+layers = sorted(set(drafter.required_layers) | {target.num_layers - 1})
+optimizer = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=1e-4)
+
+with torch.no_grad():
+    forward_only = median_ms(lambda: target.forward(batch["input_ids"], attention_mask=batch["attention_mask"],
+                                                    logits=False))
+    capture = median_ms(lambda: capture_batch(target, batch, layers))
+    captured = capture_batch(target, batch, layers)
+    last = captured["features"][target.num_layers - 1]
+    labels = median_ms(lambda: drafter._training_targets(last.float(), captured["loss_mask"].bool(), target.head))
+forwards = {}
+for steps in range(1, 8):
+    drafter.config.ttt_steps = steps
+    with torch.no_grad():
+        forwards[steps] = median_ms(lambda: drafter.loss(captured, target.head))
+
+
+def forward_backward():
+    loss, _ = drafter.loss(captured, target.head)
+    loss.backward()
+
+
+drafter.config.ttt_steps = 7
+with_backward = median_ms(forward_backward)
+optimizer_step = median_ms(lambda: (optimizer.step(), optimizer.zero_grad(set_to_none=False)))
+step = capture + with_backward + optimizer_step
+parts = {
+    "target forward + feature capture": capture,
+    "  of which the target's forward alone": forward_only,
+    "drafter forward + loss, 7 TTT steps": forwards[7],
+    "  of which the soft labels (target head)": labels,
+    "  of which TTT step 1": forwards[1],
+    "  of which each further TTT step (mean)": (forwards[7] - forwards[1]) / 6,
+    "drafter backward (7 steps)": with_backward - forwards[7],
+    "optimizer step": optimizer_step,
+}
+print(f"{torch.get_num_threads()} threads; batch of {args.batch_size} samples, {tokens} tokens (median length "
+      f"{middle:.0f}); fp32; medians of {args.repeats} runs")
+for name, ms in parts.items():
+    print(f"{name:<44} {ms:9.1f} ms {ms / step:7.1%}")
+print(f"{'one training step':<44} {step:9.1f} ms")
+print("drafter forward + loss by TTT steps: " + ", ".join(f"{s}: {ms:.0f} ms" for s, ms in forwards.items()))
+print(f"training {tokens / step * 1000:.0f} tokens/s against the target's forward-only {tokens / forward_only * 1000:.0f}"
+      f" tokens/s: {forward_only / step:.2f}x")
