@@ -247,7 +247,9 @@ def test_the_mask_token_is_the_tokenizers_or_an_id_no_text_uses(tiny_qwen3):
     assert dflash.create(dflash.Config(), tiny_qwen3).mask_token_id == 257
 
 
-def test_the_training_loop_trains_a_dflash_drafter_and_decodes_it(tmp_path):
+def train_with_the_loop(tmp_path, **drafter):
+    """A tiny target and a block-4 drafter of these options trained 12 steps by the real trainer (validated and
+    saved at step 12, into tmp_path/run); returns the target and the training log."""
     from test_train import memory_data, read_log, recipe_dict, write_recipe
 
     from draftsmith.config import load
@@ -259,7 +261,7 @@ def test_the_training_loop_trains_a_dflash_drafter_and_decodes_it(tmp_path):
         target.model.lm_head.weight.mul_(30)
     config_dict = recipe_dict({"target": "unused", "prepared": None}, max_steps=12, lr=3e-3, eval_every=12,
                               checkpoint_every=12)
-    config_dict["drafter"] = {"kind": "dflash", "block_size": 4, "anchors_per_sequence": 4}
+    config_dict["drafter"] = {"kind": "dflash", "block_size": 4, "anchors_per_sequence": 4, **drafter}
     config_dict["data"] = {"features": "in-memory", "batch_size": 2, "max_length": 48}
     config_dict["output_dir"] = str(tmp_path / "run")
     config = load(TrainConfig, write_recipe(tmp_path / "recipe.yaml", config_dict))
@@ -268,7 +270,13 @@ def test_the_training_loop_trains_a_dflash_drafter_and_decodes_it(tmp_path):
     recipe.setup()
     recipe.train()
     recipe.cleanup()
-    log = read_log(tmp_path / "run")
+    return target, read_log(tmp_path / "run")
+
+
+def test_the_training_loop_trains_a_dflash_drafter_and_decodes_it(tmp_path):
+    from test_train import read_log
+
+    target, log = train_with_the_loop(tmp_path)
     assert log[-1]["loss"] < 0.6 * log[0]["loss"]
     assert {"acc_0", "acc_1", "acc_2"} <= set(log[0])
     assert read_log(tmp_path / "run", "eval")[-1]["acceptance_length"] >= 1.0  # a real decode of the drafter

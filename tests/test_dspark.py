@@ -3,7 +3,7 @@ verify-cost curve, lossless greedy decoding with and without the cut, training, 
 
 import pytest
 import torch
-from test_dflash import batch_for, by_hand, frozen, make
+from test_dflash import batch_for, by_hand, frozen, make, train_with_the_loop
 from tiny import tiny_target
 
 from draftsmith import cost
@@ -167,28 +167,7 @@ def test_bad_input_names_the_key():
 
 
 def test_the_training_loop_trains_a_dspark_drafter_and_logs_its_confidence(tmp_path):
-    from test_train import memory_data, read_log, recipe_dict, write_recipe
-
-    from draftsmith.config import load
-    from draftsmith.train.config import TrainConfig
-    from draftsmith.train.recipe import TrainRecipe
-
-    target = frozen(tiny_target())
-    with torch.no_grad():
-        target.model.lm_head.weight.mul_(30)
-    config_dict = recipe_dict({"target": "unused", "prepared": None}, max_steps=12, lr=3e-3, eval_every=12,
-                              checkpoint_every=12)
-    config_dict["drafter"] = {"kind": "dflash", "variant": "dspark", "markov_rank": 8, "block_size": 4,
-                              "anchors_per_sequence": 4}
-    config_dict["data"] = {"features": "in-memory", "batch_size": 2, "max_length": 48}
-    config_dict["output_dir"] = str(tmp_path / "run")
-    config = load(TrainConfig, write_recipe(tmp_path / "recipe.yaml", config_dict))
-    layers = dflash.create(dflash.Config(block_size=4), target).required_layers
-    recipe = TrainRecipe(config, data=memory_data(target, layers, n_train=2), target=target)
-    recipe.setup()
-    recipe.train()
-    recipe.cleanup()
-    log = read_log(tmp_path / "run")
+    target, log = train_with_the_loop(tmp_path, variant="dspark", markov_rank=8)
     assert log[-1]["loss"] < 0.6 * log[0]["loss"]
     assert {"confidence_0", "confidence_loss_2"} <= set(log[0])
     start = dflash.create(dflash.Config(variant="dspark", markov_rank=8, block_size=4), target)
