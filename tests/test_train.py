@@ -299,6 +299,17 @@ def test_best_is_chosen_by_the_implied_acceptance_length_by_default_and_the_deco
     best = json.loads((out / "best.json").read_text())
     assert (best["step"], best["selected_by"]) == (4, "implied")
     assert json.loads((out / "checkpoint-6" / STATE_FILE).read_text())["select_by"] == "implied"
+    # resumed with the other selector: its first figure starts a new comparison, however low
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    implied, decoded = iter([1.9]), iter([1.01])
+    config = load(TrainConfig, tmp_path / "recipe.yaml", ["resume=true", "train.max_steps=8", "eval.select_by=decoded"])
+    resumed = TrainRecipe(config, data=memory_data(target, required_layers(config, target)), target=target)
+    resumed.setup()
+    resumed.train()
+    assert (resumed.best_step, resumed.best_score) == (8, 1.01)
 
 
 def test_validation_does_not_change_the_training_trajectory(tmp_path):
