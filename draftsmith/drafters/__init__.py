@@ -119,6 +119,18 @@ def predicting_positions(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return needed.nonzero(as_tuple=True)
 
 
+@torch.no_grad()
+def soft_labels(target_head, last: torch.Tensor, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the target's next-token distribution over a head's rows [n, N], its argmax over the whole vocabulary [n]) at
+    the target's last-layer features `last` [n, H]. `rows`: the target ids of a draft-vocabulary head's rows, over
+    which the distribution is the target's renormalised (as EAGLE-3 trains); None: the whole vocabulary."""
+    if rows is None:
+        p = torch.softmax(target_head(last).float(), -1)
+        return p, p.argmax(-1)
+    logits, argmax = target_head.draft_targets(last, rows)
+    return torch.softmax(logits.float(), -1), argmax
+
+
 TARGET_INFO = ("target_name", "target_architectures", "target_fingerprint")
 """what a drafter folder records about its target (config.json top level)"""
 

@@ -54,7 +54,8 @@ from draftsmith.config import build
 from draftsmith.cost import CutsDrafts
 from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import (
-    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
+    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, soft_labels,
+    target_info,
 )
 from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.errors import DraftsmithError
@@ -384,7 +385,7 @@ class Drafter(nn.Module):
                 logits = logits + bias
             log_q = torch.log_softmax(logits, -1)
             with torch.no_grad():  # over a draft vocabulary: the target's distribution renormalised over its rows
-                p, best = self.labels(target_head, last[rows[0], label_at[rows] - 1])
+                p, best = soft_labels(target_head, last[rows[0], label_at[rows] - 1], self.draft_ids)
             ce = -(p * log_q).sum(-1).mean()
             total = total + weight * ce
             matched = (self.to_target(log_q.argmax(-1)) == best).float()
@@ -397,15 +398,6 @@ class Drafter(nn.Module):
                 metrics[f"confidence_{k - 1}"] = float(torch.sigmoid(confidence.detach()).mean())
         metrics["loss"] = float(total.detach())
         return total, metrics
-
-    def labels(self, target_head, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the target's distribution over the head's rows [n, N], its argmax over the whole vocabulary [n]) at the
-        target's last-layer features `last` [n, H]."""
-        if self.d2t is None:
-            p = torch.softmax(target_head(last).float(), -1)
-            return p, p.argmax(-1)
-        logits, best = target_head.draft_targets(last, self.draft_ids)
-        return torch.softmax(logits.float(), -1), best
 
     def loss(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
         """The training loss and metrics (calls `forward`, so wrappers such as DDP see the call)."""

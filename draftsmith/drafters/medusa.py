@@ -38,7 +38,7 @@ from draftsmith.config import build
 from draftsmith.cost import CutsDrafts
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder, save_folder,
-    target_info,
+    soft_labels, target_info,
 )
 from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.errors import DraftsmithError
@@ -190,7 +190,7 @@ class Drafter(nn.Module):
         # Every head's label at t is the target's distribution at t+1+i, a position whose next token is learned:
         # compute those once for all heads, then look each head's rows up.
         labelled = predicting_positions(loss_mask)
-        all_p, all_best = self.labels(target_head, last[labelled])
+        all_p, all_best = soft_labels(target_head, last[labelled], self.token_map)
         row_of = torch.full(loss_mask.shape, -1, dtype=torch.long, device=loss_mask.device)
         row_of[labelled] = torch.arange(labelled[0].numel(), device=loss_mask.device)
         for i in range(self.config.num_heads):
@@ -214,16 +214,6 @@ class Drafter(nn.Module):
             metrics.update({f"hit_{i}_{r}": float(hit) for r, hit in enumerate(hits)})
         metrics["loss"] = float(total.detach())
         return total, metrics
-
-    @torch.no_grad()
-    def labels(self, target_head, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the target's distribution over the head's rows [n, N], its argmax over the whole vocabulary [n]); over
-        a draft vocabulary the distribution is the target's renormalised over those rows (as EAGLE-3 trains)."""
-        if self.token_map is None:
-            p = torch.softmax(target_head(last).float(), -1)
-            return p, p.argmax(-1)
-        logits, argmax = target_head.draft_targets(last, self.token_map)
-        return torch.softmax(logits.float(), -1), argmax
 
     def tuned_states(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Medusa-2: the tuned target's final-normed last hidden states and logits over the batch."""
