@@ -96,9 +96,8 @@ def speculators_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_tensors(folder: Path, expected: dict[str, tuple[int, ...]], model: str) -> list[str]:
-    """Problems of the folder's tensors against exactly `expected` (names, shapes, finite values)."""
-    tensors = load_file(str(folder / "model.safetensors"))
+def check_tensors(tensors: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], model: str) -> list[str]:
+    """Problems of an export's `tensors` against exactly `expected` (names, shapes, finite values)."""
     shapes = {name: tuple(t.shape) for name, t in tensors.items()}
     problems = [f"{name}: missing" for name in sorted(set(expected) - set(shapes))]
     problems += [f"{name}: not a parameter {model} has" for name in sorted(set(shapes) - set(expected))]
@@ -142,7 +141,8 @@ def validate(folder: Path) -> None:
         ids = config["dflash_config"]["target_layer_ids"]
         if any(not 0 <= i < config["num_target_layers"] for i in ids):
             problems.append(f"target_layer_ids {ids} outside the target's layers 0..{config['num_target_layers'] - 1}")
-        problems += check_tensors(folder, expected_shapes(config), "DFlashDraftModel")
+        tensors = load_file(str(folder / "model.safetensors"))
+        problems += check_tensors(tensors, expected_shapes(config), "DFlashDraftModel")
     if problems:
         raise DraftsmithError(f"The dflash export in '{folder}' is not what DFlashDraftModel loads: " + "; ".join(problems))
 
@@ -226,9 +226,9 @@ def validate_speculators(folder: Path, num_target_layers: int) -> None:
     if kind == "dspark" and any(config.get(k) != v for k, v in DSPARK_HEADS.items() if v is not None):
         problems.append(f"the DSpark heads must be {', '.join(f'{k}: {v}' for k, v in DSPARK_HEADS.items() if v is not None)}")
     if not problems:
-        problems += check_tensors(folder, speculators_shapes(config), f"speculators' {kind} model")
-    if not problems and config["draft_vocab_size"] < vocab:
         tensors = load_file(str(folder / "model.safetensors"))
+        problems += check_tensors(tensors, speculators_shapes(config), f"speculators' {kind} model")
+    if not problems and config["draft_vocab_size"] < vocab:
         d2t, t2d = tensors["d2t"], tensors["t2d"]
         if d2t.dtype != torch.long or t2d.dtype != torch.bool or not torch.equal(
                 torch.arange(d2t.numel()) + d2t, t2d.nonzero().flatten()):
