@@ -78,6 +78,9 @@ parser.add_argument("--cut", nargs="*", default=[], metavar="FAMILY",
                     help="families (Medusa heads) also decoded with their chains cut by confidence under the verify-cost "
                          "curve; a family whose drafter cuts by default (DSpark) always is. Each such family is "
                          "decoded cut ('chain (L)') and uncut ('chain (L), uncut')")
+parser.add_argument("--dynamic", nargs="*", default=[], metavar="FAMILY",
+                    help="Medusa families also decoded with EAGLE-2's dynamic tree over the heads' probabilities beside "
+                         "their static tree (grown from held-out rank accuracies): 'tree (SHAPE), dynamic'")
 parser.add_argument("--without", nargs="*", default=[], choices=["generate", "lookup"],
                     help="baselines to leave out: transformers generate() (speedups are then against our plain loop "
                          "only), prompt lookup")
@@ -170,13 +173,17 @@ for family, info in families.items():
     shapes = [(f"chain ({info['draft_length']})", chain)]
     if args.trees is None or family in args.trees:
         shapes.append((f"tree ({args.tree})", tree))
+    if family in args.dynamic and getattr(proposer, "static", None):  # static against dynamic, the same heads
+        dynamic = copy.copy(proposer)
+        dynamic.static = None
+        shapes.append((f"tree ({args.tree}), dynamic", tree, dynamic))
     if verifier is not target:  # (install_on_proposer gave the verifier the small-batch layers too)
         tuned_plain = f"{family} tuned target, plain"
         methods[tuned_plain] = lambda ids, v=verifier: plain_generate(v, ids, GREEDY, args.max_new_tokens, eos)
-        references.update({f"{family} {label}": tuned_plain for label, _ in shapes})
-    for label, shape in shapes:
-        methods[f"{family} {label}"] = (lambda ids, p=proposer, s=shape, v=verifier: speculative_generate(
-            v, p, ids, s, GREEDY, args.max_new_tokens, eos))
+        references.update({f"{family} {label}": tuned_plain for label, *_ in shapes})
+    for label, shape, *other in shapes:
+        methods[f"{family} {label}"] = (lambda ids, p=(other or [proposer])[0], s=shape, v=verifier:
+                                        speculative_generate(v, p, ids, s, GREEDY, args.max_new_tokens, eos))
     if cuts:  # does the cut pay? the same drafter drafting whole chains
         whole = copy.copy(proposer)  # the same drafter (its state is per request: reset by every decode)
         whole.confidence_cut = False
