@@ -11,6 +11,8 @@ import time
 import torch
 from transformers import DynamicCache
 
+from draftsmith.errors import DraftsmithError
+
 
 @torch.no_grad()
 def verify_cost_curve(target, sizes, context: torch.Tensor, repeats: int = 5) -> dict[int, float]:
@@ -103,9 +105,13 @@ class CutsDrafts:
 
     def stopping_rule(self, longest: int) -> StoppingRule | None:
         """The rule for a draft of up to `longest` tokens, or None (no cut: off, or no curve measured)."""
-        if self.confidence_cut and calibrated(self.verify_cost, longest):
-            return StoppingRule(self.verify_cost, longest)
-        return None
+        if not self.confidence_cut or self.verify_cost is None:
+            return None
+        if not calibrated(self.verify_cost, longest):
+            raise DraftsmithError(f"A confidence cut of drafts of up to {longest} tokens needs the verify cost of "
+                                  f"1..{longest + 1} tokens; it was measured for up to {max(self.verify_cost)}: "
+                                  f"calibrate(target, {longest}) first.")
+        return StoppingRule(self.verify_cost, longest)
 
     def describe_cut(self) -> dict:
         """For reports: whether drafts are cut, and the relative verify-cost curve they are cut by."""

@@ -146,9 +146,14 @@ DFLASH = {"block_size": 3, "target_layer_ids": [0, 2], "mask_token_id": 7}
 KIND_OPTIONS = {"eagle": ("eagle", {"layers": [0, 1, 2]}), "medusa": ("medusa", {"num_heads": 2}),
                 "mtp": ("mtp", {"num_modules": 2}), "dflash": ("dflash", DFLASH),
                 "dspark": ("dflash", {**DFLASH, "variant": "dspark", "markov_rank": 4}),
-                "dflash-draft-vocab": ("dflash", DFLASH)}
+                "dflash-draft-vocab": ("dflash", DFLASH), "eagle-cut": ("eagle", {"layers": [0, 1, 2]}),
+                "mtp-cut": ("mtp", {"num_modules": 2, "shared": True}), "medusa-cut": ("medusa", {"num_heads": 2})}
 DRAFT_VOCAB_SIZES = {"dflash-draft-vocab": 5}
 """cases whose drafter drafts over a draft vocabulary of that many of the 8 tokens (q is 0 on the other 3)"""
+CUT = {"dspark": {1: 1.0, 2: 1.45, 3: 1.6}, "eagle-cut": {1: 1.0, 2: 1.45, 3: 1.6},
+       "mtp-cut": {1: 1.0, 2: 1.45, 3: 1.6}, "medusa-cut": {1: 1.0, 2: 1.7, 3: 2.2}}
+"""cases whose chains are cut by their confidences (DSpark by default, the others switched on), each with a cost
+curve under which its confidences cut some chains after 0, 1 or 2 tokens and leave others whole"""
 
 
 @pytest.mark.parametrize("name", list(KIND_OPTIONS))
@@ -167,13 +172,13 @@ def test_every_trained_kind_samples_losslessly_end_to_end(name):
             if parameter.dtype.is_floating_point:
                 parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(3)) * 0.5)
     proposer = drafter.proposer(target, torch.Generator().manual_seed(1))
-    if name == "dspark":  # a cost curve under which its confidences cut some blocks after 0, 1 or 2 tokens
-        proposer.verify_cost = {1: 1.0, 2: 1.45, 3: 1.6}
+    if name in CUT:
+        proposer.confidence_cut, proposer.verify_cost = True, CUT[name]
     generator = torch.Generator().manual_seed(0)
     runs = [decoder.speculative_generate(target, proposer, prompt, DraftShape(2), sampling, 3, set(), generator)
             for _ in range(800)]
     drafted = sum(c.drafted for r in runs for c in r.cycles)
-    assert drafted > 800, "the drafter must actually draft for the test to mean anything"
-    if name == "dspark":
+    assert drafted > (400 if name in CUT else 800), "the drafter must actually draft for the test to mean anything"
+    if name in CUT:
         assert len({c.drafted for r in runs for c in r.cycles}) >= 2, "the confidence cut must vary the length"
     assert min(chi2_pvalue([r.tokens[1] for r in runs], p1), chi2_pvalue([r.tokens[2] for r in runs], p2)) > 1e-3

@@ -28,6 +28,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from draftsmith.config import build
+from draftsmith.cost import CutsDrafts
 from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder,
@@ -383,8 +384,14 @@ def load_proposer(folder: str | Path, target) -> EagleProposer:
 
 
 # --------------------------------------------------------------------------- decoding
-class EagleProposer:
-    """Drafts chains or EAGLE-2 trees; keeps the drafter's keys/values for committed positions."""
+class EagleProposer(CutsDrafts):
+    """Drafts chains or EAGLE-2 trees; keeps the drafter's keys/values for committed positions.
+
+    With `confidence_cut` (off unless asked), a chain stops before the first step whose top draft probability no
+    longer pays for its verify cost (`draftsmith.cost.StoppingRule`); that probability comes from the tokens
+    drafted before the step, never from the step's own token, so sampling stays lossless."""
+
+    longest_draft = 8  # the verify-cost curve's default reach for cut chains (the eval measures its own length)
 
     def __init__(self, drafter: Drafter, target, generator: torch.Generator | None = None):
         self.drafter, self.target, self.generator = drafter.eval(), target, generator
@@ -399,7 +406,7 @@ class EagleProposer:
     def describe(self) -> dict:
         trained = sum(p.numel() for p in self.drafter.parameters() if p.requires_grad)
         return {"kind": "eagle", **dataclasses.asdict(self.drafter.config),
-                "draft_vocab_size": int(self.drafter.d2t.numel()), "parameters": trained}
+                "draft_vocab_size": int(self.drafter.d2t.numel()), "parameters": trained, **self.describe_cut()}
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.target.head(hidden.to(self.target.dtype))
@@ -439,7 +446,10 @@ class EagleProposer:
             return Draft(tokens, parents)
         hidden, logits, position = self._catch_up(state)
         past, drafted, probs = self.past, [], []
+        rule = self.stopping_rule(shape.length)
         for i in range(shape.length):
+            if rule is not None and not rule.keep(float(torch.softmax(logits, -1).max())):
+                break
             token, q = self._choose(logits, sampling)
             drafted.append(token)
             probs.append(q)

@@ -26,6 +26,7 @@ from torch import nn
 from transformers import AutoConfig, DynamicCache
 
 from draftsmith.config import build
+from draftsmith.cost import CutsDrafts
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
 )
@@ -253,12 +254,16 @@ def load_proposer(folder: str | Path, target) -> MTPProposer:
 
 
 # --------------------------------------------------------------------------- decoding
-class MTPProposer:
-    """Chains the modules (or grows an EAGLE-2 tree of them); each step caches committed indices only."""
+class MTPProposer(CutsDrafts):
+    """Chains the modules (or grows an EAGLE-2 tree of them); each step caches committed indices only.
+
+    With `confidence_cut` (off unless asked), a chain stops before the first step whose top probability no longer
+    pays for its verify cost (`draftsmith.cost.StoppingRule`), decided before that step's token is drawn."""
 
     def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
         self.drafter, self.generator = drafter.eval(), generator
         self.required_layers = [drafter.last_layer]
+        self.longest_draft = 8 if drafter.config.shared else drafter.config.num_modules
         self.reset()
 
     def reset(self) -> None:
@@ -270,7 +275,7 @@ class MTPProposer:
     def describe(self) -> dict:
         """Kind, options and trained parameter count."""
         trained = sum(p.numel() for p in self.drafter.parameters())
-        return {"kind": "mtp", **dataclasses.asdict(self.drafter.config), "parameters": trained}
+        return {"kind": "mtp", **dataclasses.asdict(self.drafter.config), "parameters": trained, **self.describe_cut()}
 
     def max_steps(self, wanted: int) -> int:
         """Separate modules give D steps; a shared module can be applied as often as asked."""
@@ -338,10 +343,13 @@ class MTPProposer:
         hidden = self.outputs[0][:, -1:]  # h^1 at index T-2: it predicts the first draft token
         logits = self.drafter.logits(hidden)[0, -1]
         paths, drafted, probs = committed[:0][None], [], []
+        rule = self.stopping_rule(steps)
         for step in range(1, steps + 1):
             if step > 1:
                 hidden, logits = self._advance(step, length, paths, hidden, committed)
                 logits = logits[0]
+            if rule is not None and not rule.keep(float(torch.softmax(logits.float(), -1).max())):
+                break
             token, q = self._choose(logits, sampling)
             drafted.append(token.cpu())
             probs.append(q)

@@ -50,8 +50,8 @@ class EvalConfig:
     draft's length up to --draft-length for the most expected tokens per unit of cost; false = always the full length"""
     confidence_cut: bool | None = None
     """trained drafters that can cut their chains where their confidences stop paying for the target's verify
-    cost (DSpark, Medusa heads; the cost curve is measured first, a few seconds, not timed): true or false
-    overrides the drafter's own setting; null keeps it"""
+    cost (DSpark, Medusa heads, EAGLE and MTP chains; the cost curve is measured first, a few seconds, not timed):
+    true or false overrides the drafter's own setting (EAGLE and MTP: off); null keeps it"""
     small_batch_linear: bool = True
     """CPU: time torch's linear layers against W·xᵀ on the target's weights for 1..8-row inputs (a few seconds,
     not timed) and use W·xᵀ for the row counts where it is faster, in the target and the drafter; our plain loop,
@@ -142,7 +142,7 @@ def check_arguments(config: EvalConfig) -> None:
     config.validate()
     resolve_device(config.device)  # 'cuda' on a machine without a GPU fails here
     if drafter_kind(config.drafter) in ("prompt-lookup", "hf", "export") and config.confidence_cut is not None:
-        raise DraftsmithError("--confidence-cut is for trained drafters with confidences (DSpark, Medusa heads); "
+        raise DraftsmithError("--confidence-cut is for trained drafters with confidences (DSpark, Medusa, EAGLE, MTP); "
                               "prompt lookup's length is --adaptive-lookup.")
     resolve_chat_template(config.chat_template)  # a template file that does not exist fails here
     read_conversations(config.prompts)  # the file exists and every row parses
@@ -174,6 +174,7 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     from draftsmith.eval.prompts import load_prompts
     from draftsmith.eval.report import write_report
     from draftsmith.eval.runner import compare, environment, load_drafter
+    from draftsmith.serving.traces import parse_lengths
     from draftsmith.target import load_target, resolve_device
 
     check_arguments(config)  # every argument, before the target loads and the linear layers are tuned
@@ -190,7 +191,8 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     try:
         adaptive = config.draft_length if config.adaptive_lookup and config.tree is None else None
         proposer = load_drafter(config.drafter, target, max_ngram=config.ngram, min_ngram=config.min_ngram,
-                                adaptive_length=adaptive, confidence_cut=config.confidence_cut)
+                                adaptive_length=adaptive, confidence_cut=config.confidence_cut,
+                                draft_length=max([config.draft_length, *parse_lengths(config.draft_lengths)]))
         drafting = small_batch.install_on_proposer(proposer, target, rows)
         shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
         sampling = Sampling(config.temperature, config.top_k, config.top_p)

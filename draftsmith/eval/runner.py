@@ -61,13 +61,14 @@ def drafter_kind(spec: str) -> str:
 
 
 def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adaptive_length: int | None = None,
-                 confidence_cut: bool | None = None) -> Proposer:
+                 confidence_cut: bool | None = None, draft_length: int | None = None) -> Proposer:
     """Turn a `--drafter` value into a Proposer: prompt-lookup, hf:<model>, or a trained drafter folder.
 
     `adaptive_length` k: prompt lookup measures the target's verify cost for 1 .. k+1 tokens now and
     picks each chain draft's length up to k from it (None: always the full length).
-    `confidence_cut`: for trained drafters that cut chains by their confidence (DSpark, Medusa heads), on or off
-    whatever the drafter's folder says (None: as it says); a drafter that wants the cost curve measures it now."""
+    `confidence_cut`: for trained drafters that cut chains by their confidence (DSpark, Medusa heads, EAGLE and
+    MTP chains), on or off whatever the drafter's folder says (None: as it says); a drafter that wants the cost
+    curve measures it now, for drafts of up to `draft_length` tokens (None: the drafter's own longest draft)."""
     kind = drafter_kind(spec)
     if kind == "prompt-lookup":
         from draftsmith.drafters import prompt_lookup
@@ -90,10 +91,10 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
     if confidence_cut is not None:
         if not getattr(proposer, "can_cut", False):
             raise DraftsmithError(f"--confidence-cut: this {kind} drafter has no confidences to cut its drafts by "
-                                  "(DSpark drafters and Medusa heads do).")
+                                  "(DSpark, Medusa, EAGLE and MTP drafters do).")
         proposer.confidence_cut = confidence_cut
-    if getattr(proposer, "wants_verify_cost", False):  # DSpark's or Medusa's confidence cut
-        _calibrate(proposer, target, kind)
+    if getattr(proposer, "wants_verify_cost", False):  # a confidence cut reads the verify-cost curve
+        _calibrate(proposer, target, kind, max(draft_length or 0, proposer.longest_draft))
     return proposer
 
 

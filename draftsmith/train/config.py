@@ -147,6 +147,9 @@ class ReportSection:
     """chain drafts: tokens drafted per verify pass"""
     tree: str | None = None
     """tree drafts instead of chains: DEPTH,TOPK,TOTAL (e.g. 5,8,32)"""
+    confidence_cut: bool | None = None
+    """cut each chain draft where the drafter's confidence stops paying for the target's measured verify cost
+    (`draftsmith eval --confidence-cut`); null = the drafter's own setting (on for DSpark, off otherwise)"""
     transformers_baseline: bool = True
     """also time transformers generate() for speedup_vs_transformers"""
     out: str | None = None

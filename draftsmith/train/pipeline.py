@@ -117,7 +117,8 @@ def final_report(config: TrainConfig, target) -> dict | None:
     eval_config = EvalConfig(
         target=config.target.name, drafter=str(best), out=section.out or str(Path(config.output_dir) / "eval"),
         prompts=section.prompts, num_prompts=section.num_prompts, max_new_tokens=section.max_new_tokens,
-        draft_length=section.draft_length, tree=section.tree, dtype=config.target.dtype,
+        draft_length=section.draft_length, tree=section.tree, confidence_cut=section.confidence_cut,
+        dtype=config.target.dtype,
         transformers_baseline=section.transformers_baseline,
         chat_template=(config.prepare or {}).get("chat_template"),  # prompts as the drafter saw its data
     )
