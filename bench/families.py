@@ -17,8 +17,8 @@ tokens/s against target-forward-only tokens/s, held-out accuracy, trainable para
 LM its parameters, one cached step against the target's and its lm_head's share of that step; and the
 peak RSS of the whole run. --family adds a decoded run of a recipe with overrides under its own name (DFlash at
 B = 16, EAGLE-3 with a chain of 7); --variant adds an A/B run of one recipe option (trained at the same budget,
-compared on held-out accuracy, not decoded). A drafter that cuts its drafts by confidence under the verify-cost
-curve (DSpark; Medusa heads with --cut) is calibrated on the target and also decoded uncut, drafting whole chains. Per method also the drafter's
+compared on held-out accuracy, not decoded); --dynamic also decodes a Medusa family's dynamic tree. A drafter that cuts its drafts by confidence under the verify-cost
+curve (DSpark; EAGLE, MTP and Medusa with --cut) is calibrated on the target and also decoded uncut, drafting whole chains. Per method also the drafter's
 milliseconds per verify cycle; per family its held-out accuracy per step, head or block position beside the τ it
 implies and the τ decoded. Results go to OUT/bench.json.
 """
@@ -75,8 +75,8 @@ parser.add_argument("--tree", default="4,4,8", help="EAGLE-2 tree DEPTH,TOPK,TOT
 parser.add_argument("--trees", nargs="*", default=None, metavar="FAMILY",
                     help="the families also decoded as a tree (default: all; none: --trees with no names)")
 parser.add_argument("--cut", nargs="*", default=[], metavar="FAMILY",
-                    help="families (Medusa heads) also decoded with their chains cut by confidence under the verify-cost "
-                         "curve; a family whose drafter cuts by default (DSpark) always is. Each such family is "
+                    help="families (EAGLE, MTP, Medusa heads) also decoded with their chains cut by confidence under the "
+                         "verify-cost curve; a family whose drafter cuts by default (DSpark) always is. Each such family is "
                          "decoded cut ('chain (L)') and uncut ('chain (L), uncut')")
 parser.add_argument("--dynamic", nargs="*", default=[], metavar="FAMILY",
                     help="Medusa families also decoded with EAGLE-2's dynamic tree over the heads' probabilities beside "
