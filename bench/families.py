@@ -170,9 +170,9 @@ for family, info in families.items():
     if info["variant"]:
         continue
     small_batch.install_on_proposer(proposer, target, rows)
-    shapes = [(f"chain ({info['draft_length']})", chain)]
+    shapes = [(f"chain ({info['draft_length']})", chain, proposer)]  # (label, shape, the drafter drafting it)
     if args.trees is None or family in args.trees:
-        shapes.append((f"tree ({args.tree})", tree))
+        shapes.append((f"tree ({args.tree})", tree, proposer))
     if family in args.dynamic and getattr(proposer, "static", None):  # static against dynamic, the same heads
         dynamic = copy.copy(proposer)
         dynamic.static = None
@@ -180,10 +180,10 @@ for family, info in families.items():
     if verifier is not target:  # (install_on_proposer gave the verifier the small-batch layers too)
         tuned_plain = f"{family} tuned target, plain"
         methods[tuned_plain] = lambda ids, v=verifier: plain_generate(v, ids, GREEDY, args.max_new_tokens, eos)
-        references.update({f"{family} {label}": tuned_plain for label, *_ in shapes})
-    for label, shape, *other in shapes:
-        methods[f"{family} {label}"] = (lambda ids, p=(other or [proposer])[0], s=shape, v=verifier:
-                                        speculative_generate(v, p, ids, s, GREEDY, args.max_new_tokens, eos))
+        references.update({f"{family} {label}": tuned_plain for label, _, _ in shapes})
+    for label, shape, drafter in shapes:
+        methods[f"{family} {label}"] = (lambda ids, p=drafter, s=shape, v=verifier: speculative_generate(
+            v, p, ids, s, GREEDY, args.max_new_tokens, eos))
     if cuts:  # does the cut pay? the same drafter drafting whole chains
         whole = copy.copy(proposer)  # the same drafter (its state is per request: reset by every decode)
         whole.confidence_cut = False
