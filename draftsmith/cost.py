@@ -82,6 +82,11 @@ class StoppingRule:
         self.accept_through.append(running)
         return True
 
+    def keep_step(self, logits: torch.Tensor) -> bool:
+        """`keep` with a chain step's confidence taken as the top probability of its draft distribution (`logits`
+        [V]): what EAGLE, MTP and Medusa chains are cut by."""
+        return self.keep(float(torch.softmax(logits.float(), -1).max()))
+
 
 class CutsDrafts:
     """What a proposer that cuts its chains with a `StoppingRule` shares: the verify-cost curve it reads, measured

@@ -448,7 +448,7 @@ class EagleProposer(CutsDrafts):
         past, drafted, probs = self.past, [], []
         rule = self.stopping_rule(shape.length)
         for i in range(shape.length):
-            if rule is not None and not rule.keep(float(torch.softmax(logits, -1).max())):
+            if rule is not None and not rule.keep_step(logits):
                 break
             token, q = self._choose(logits, sampling)
             drafted.append(token)

@@ -413,7 +413,7 @@ class MedusaProposer(CutsDrafts):
         rule = self.stopping_rule(length)
         for i in range(length):
             logits = self.drafter.head_rows(i, feature)
-            if rule is not None and not rule.keep(float(torch.softmax(logits.float(), -1).max())):
+            if rule is not None and not rule.keep_step(logits):
                 break
             if sampling.greedy:
                 best = logits.argmax(-1)

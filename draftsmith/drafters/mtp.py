@@ -348,7 +348,7 @@ class MTPProposer(CutsDrafts):
             if step > 1:
                 hidden, logits = self._advance(step, length, paths, hidden, committed)
                 logits = logits[0]
-            if rule is not None and not rule.keep(float(torch.softmax(logits.float(), -1).max())):
+            if rule is not None and not rule.keep_step(logits):
                 break
             token, q = self._choose(logits, sampling)
             drafted.append(token.cpu())
