@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from draftsmith.data.capture import TokenDataset, capture_batch, collate  # noqa: E402
 from draftsmith.data.prepared import load_prepared  # noqa: E402
 from draftsmith.data.vocab import load_draft_vocab  # noqa: E402
-from draftsmith.drafters import eagle  # noqa: E402
+from draftsmith.drafters import eagle, predicting_positions  # noqa: E402
 from draftsmith.target import load_target  # noqa: E402
 from draftsmith.train.data import truncate  # noqa: E402
 
@@ -69,7 +69,8 @@ with torch.no_grad():
     capture = median_ms(lambda: capture_batch(target, batch, layers))
     captured = capture_batch(target, batch, layers)
     last = captured["features"][target.num_layers - 1]
-    labels = median_ms(lambda: drafter._training_targets(last.float(), captured["loss_mask"].bool(), target.head))
+    learned = predicting_positions(captured["loss_mask"].bool())
+    labels = median_ms(lambda: drafter._training_targets(last[learned].float(), target.head))
 forwards = {}
 for steps in range(1, 8):
     drafter.config.ttt_steps = steps

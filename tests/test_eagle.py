@@ -237,6 +237,56 @@ def test_out_of_vocabulary_positions_are_masked(tiny_llama):
     assert drafter.loss(batch, target.head)[0] > 0
 
 
+def dense_reference_loss(drafter, batch, head):
+    """The EAGLE loss written the long way: the head at every index, the mask applied afterwards."""
+    features = {int(k): v for k, v in batch["features"].items()}
+    outputs = drafter.ttt_forward(batch["input_ids"], features, batch["attention_mask"])
+    last, mask = features[drafter.last_layer], batch["loss_mask"].bool()
+    full = head(last).float()
+    target_ids, target_p = full.argmax(-1), torch.softmax(full[..., drafter.draft_ids], -1)
+    total, accuracies = 0.0, []
+    for j, hidden in enumerate(outputs):
+        n = mask.shape[1] - 2 - j
+        counted = mask[:, 2 + j : 2 + j + n]
+        logits = drafter.logits(hidden[:, :n], head).float()
+        step = -(target_p[:, 1 + j : 1 + j + n] * torch.log_softmax(logits, -1)).sum(-1)
+        if not drafter.eagle3:
+            regression = torch.nn.functional.smooth_l1_loss(
+                hidden[:, :n], last[:, 1 + j : 1 + j + n], reduction="none").mean(-1)
+            step = regression + drafter.config.token_loss_weight * step
+        learned = (counted & drafter.t2d[target_ids[:, 1 + j : 1 + j + n]]).float()
+        total = total + drafter.config.step_weight**j * (step * learned).sum() / learned.sum().clamp(min=1)
+        right = drafter.draft_ids[logits.argmax(-1)] == target_ids[:, 1 + j : 1 + j + n]
+        accuracies.append(float(right[counted].float().mean()))
+    return total, accuracies
+
+
+def test_loss_at_learned_indices_equals_the_dense_masked_loss(tiny_llama):
+    """The head and loss run only where the predicted token is learned; loss, gradients and per-step accuracy
+    equal the dense computation over every index with the mask applied afterwards."""
+    target = frozen(tiny_llama)
+    scattered = (torch.rand(3, 24, generator=torch.Generator().manual_seed(1)) < 0.5).long()
+    answers = torch.zeros(3, 24, dtype=torch.long)
+    answers[0, 15:], answers[1, 9:20] = 1, 1  # a prompt, then an answer (row 1: then a second prompt)
+    for drafter, mask in ((eagle.create(eagle.Config(ttt_steps=3), target, draft_vocab(target, 48)), scattered),
+                          (eagle.create(eagle.Config(ttt_steps=3), target, draft_vocab(target, 48)), answers),
+                          (eagle.create(eagle.Config(variant="eagle1"), target), answers)):
+        drafter.eval()
+        batch = make_batch(target, drafter, batch=3, length=24)
+        batch["loss_mask"] = mask.clone()
+        batch["loss_mask"][2] = 0  # a row with nothing to learn
+        ours, metrics = drafter.loss(batch, target.head)
+        ours.backward()
+        grads = [p.grad.clone() for p in drafter.parameters() if p.requires_grad]
+        drafter.zero_grad()
+        reference, accuracies = dense_reference_loss(drafter, batch, target.head)
+        reference.backward()
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+        for grad, p in zip(grads, (p for p in drafter.parameters() if p.requires_grad)):
+            torch.testing.assert_close(grad, p.grad, rtol=1e-4, atol=1e-6)
+        assert [metrics[f"acc_{j}"] for j in range(len(accuracies))] == pytest.approx(accuracies)
+
+
 def test_bad_inputs_are_clear_errors(tiny_llama):
     target = frozen(tiny_llama)
     broken = draft_vocab(target, 10)

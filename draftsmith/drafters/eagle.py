@@ -32,7 +32,7 @@ from draftsmith.cost import CutsDrafts
 from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder,
-    save_folder, target_info,
+    save_folder, soft_labels, target_info,
 )
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree
 from draftsmith.errors import DraftsmithError
@@ -190,25 +190,36 @@ class Drafter(nn.Module):
         return self.layers[0].finish(attention, residual), (keys, values)
 
     # ---- training
-    def ttt_forward(self, input_ids, features, attention_mask=None, steps=None) -> list[torch.Tensor]:
-        """Training-time test: the output hidden [B, S, H] of every step (step j at index t = position t + j)."""
+    def ttt_forward(self, input_ids, features, attention_mask=None, steps=None, at=None) -> list[torch.Tensor]:
+        """Training-time test: the output hidden of every step (step j at index t = position t + j), [B, S, H],
+        or [B, A, H] at the indices `at` [B, A] only. Step 0's keys and values cover every index (any query
+        may attend to them); everything else, the layer's MLP included, runs only where it is asked for."""
         steps = steps or self.config.ttt_steps
         batch, length = input_ids.shape
         hidden = self.fuse(features)
         if not self.eagle3 and self.training and self.config.feature_noise > 0:
             hidden = hidden + (torch.rand_like(hidden) * 2 - 1) * self.config.feature_noise
         index = torch.arange(length, device=input_ids.device)
+        every = index.expand(batch, length)
+        at = every if at is None else at
         # Step-0 keys: causal, padding hidden (a query always sees itself, so no row is empty).
-        sees = index[None, :] <= index[:, None]
+        sees = index[None, None, :] <= at[:, :, None]
         if attention_mask is not None:
-            sees = sees & (attention_mask[:, None, :].bool() | torch.eye(length, dtype=torch.bool, device=index.device))
-        sees = sees.expand(batch, length, length)[:, None]
+            sees = sees & (attention_mask[:, None, :].bool() | (index[None, None, :] == at[:, :, None]))
+        sees = sees[:, None]
+        ahead = torch.zeros_like(input_ids)
         keys, values, outputs = [], [], []
+        groups = self.layers[0].kv_groups
         for j in range(steps):
-            ids = torch.zeros_like(input_ids)
-            ids[:, : max(length - 1 - j, 0)] = input_ids[:, 1 + j :]  # x_{t+1+j}; beyond the end: unused
-            q, k, v, residual = self.project(ids, hidden, (index + j).expand(batch, length))
-            groups = self.layers[0].kv_groups
+            ahead.zero_()
+            ahead[:, : max(length - 1 - j, 0)] = input_ids[:, 1 + j :]  # x_{t+1+j}; beyond the end: unused
+            if j == 0:
+                q, k, v, residual = self.project(ahead, hidden, every)
+                if at is not every:
+                    q = q.gather(2, at[:, None, :, None].expand(-1, q.shape[1], -1, q.shape[-1]))
+                    residual = residual.gather(1, at[..., None].expand(-1, -1, residual.shape[-1]))
+            else:
+                q, k, v, residual = self.project(ahead.gather(1, at), hidden, at + j)
             keys.append(repeat_kv(k, groups))
             values.append(repeat_kv(v, groups))
             hidden = self.layers[0].finish(_ttt_attention(q, keys, values, sees), residual)
@@ -216,48 +227,54 @@ class Drafter(nn.Module):
         return outputs
 
     def forward(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
-        """Training loss Σ_j step_weight^j loss_j and metrics (loss_j, acc_j: per-step top-1 accuracy)."""
+        """Training loss Σ_j step_weight^j loss_j and metrics (loss_j, acc_j: per-step top-1 accuracy).
+
+        Only indices that lead to a learned token run past step 0's keys, and the head, the loss and the
+        accuracy run only where the predicted token is learned (most of a conversation is prompt): the same
+        loss and gradients as over every index with the others masked out, for a fraction of the work."""
         features = {int(layer): value for layer, value in batch["features"].items()}
-        outputs = self.ttt_forward(batch["input_ids"], features, batch.get("attention_mask"))
+        loss_mask = batch["loss_mask"].bool()
+        length, steps = loss_mask.shape[1], self.config.ttt_steps
+        at, kept = _indices_leading_to(loss_mask, steps)
+        outputs = self.ttt_forward(batch["input_ids"], features, batch.get("attention_mask"), at=at)
         last = features[self.last_layer]
-        loss_mask, length = batch["loss_mask"].bool(), last.shape[1]
-        target_ids, target_p = self._training_targets(last, loss_mask, target_head)
-        in_vocab = self.t2d[target_ids]
+        labelled = predicting_positions(loss_mask)  # positions s whose next token is learned
+        target_ids, target_p = self._training_targets(last[labelled], target_head)
+        label_of = torch.full(loss_mask.shape, -1, dtype=torch.long, device=last.device)
+        label_of[labelled] = torch.arange(labelled[0].numel(), device=last.device)
         total, metrics = target_p.new_zeros(()), {}
         for j, hidden in enumerate(outputs):
-            n = length - 2 - j  # indices t whose predicted token x_{t+2+j} is inside the sequence
-            if n <= 0:
+            if length - 2 - j <= 0:  # no index t predicts a token x_{t+2+j} inside the sequence
                 break
-            seen = slice(1 + j, 1 + j + n)  # the target's positions t+1+j
-            counted = loss_mask[:, 2 + j : 2 + j + n]
-            logits = self.logits(hidden[:, :n], target_head).float()
-            step_loss = -(target_p[:, seen] * torch.log_softmax(logits, -1)).sum(-1)
+            ahead = at + 2 + j
+            learned = kept & (ahead < length) & loss_mask.gather(1, ahead.clamp(max=length - 1))
+            rows, slots = learned.nonzero(as_tuple=True)
+            seen = at[rows, slots] + 1 + j  # the target's position t+1+j, whose distribution is learned
+            label = label_of[rows, seen]
+            logits = self.logits(hidden[rows, slots], target_head).float()
+            step_loss = -(target_p[label] * torch.log_softmax(logits, -1)).sum(-1)
             if not self.eagle3:
-                regression = F.smooth_l1_loss(hidden[:, :n].float(), last[:, seen].float(), reduction="none").mean(-1)
+                regression = F.smooth_l1_loss(hidden[rows, slots].float(), last[rows, seen].float(),
+                                              reduction="none").mean(-1)
                 step_loss = regression + self.config.token_loss_weight * step_loss
-            step_loss = _masked_mean(step_loss, counted & in_vocab[:, seen])
+            step_loss = _masked_mean(step_loss, self.t2d[target_ids[label]])  # the target's choice is draftable
             total = total + self.config.step_weight**j * step_loss
             guess = self.draft_ids[logits.argmax(-1)]
             metrics[f"loss_{j}"] = float(step_loss.detach())
-            metrics[f"acc_{j}"] = float(_masked_mean((guess == target_ids[:, seen]).float(), counted))
+            metrics[f"acc_{j}"] = float((guess == target_ids[label]).float().mean()) if label.numel() else 0.0
         metrics["loss"] = float(total.detach())
         return total, metrics
 
     @torch.no_grad()
-    def _training_targets(self, last, loss_mask, target_head) -> tuple[torch.Tensor, torch.Tensor]:
-        """The target's argmax [B, S] and its distribution restricted to the draft vocabulary (all of it for
-        EAGLE-1) and renormalised [B, S, N], at the positions whose next token is learned (zero elsewhere)."""
-        rows = predicting_positions(loss_mask)
+    def _training_targets(self, last: torch.Tensor, target_head) -> tuple[torch.Tensor, torch.Tensor]:
+        """At last-layer features `last` [n, H]: the target's argmax over its whole vocabulary [n] and its
+        distribution restricted to the draft vocabulary (all of it for EAGLE-1) and renormalised [n, N]."""
         if hasattr(target_head, "draft_targets"):  # only the draft rows' logits, never [positions, V]
-            logits, argmax = target_head.draft_targets(last[rows], self.draft_ids)
+            p, argmax = soft_labels(target_head, last, self.draft_ids)
         else:  # a plain function giving full logits
-            full = target_head(last[rows])
-            logits, argmax = full[..., self.draft_ids], full.argmax(-1)
-        target_ids = torch.zeros(last.shape[:2], dtype=torch.long, device=last.device)
-        target_ids[rows] = argmax
-        target_p = torch.zeros(*last.shape[:2], self.draft_ids.numel(), device=last.device)
-        target_p[rows] = torch.softmax(logits.float(), dim=-1)
-        return target_ids, target_p
+            full = target_head(last).float()
+            p, argmax = torch.softmax(full[..., self.draft_ids], -1), full.argmax(-1)
+        return argmax, p
 
     def loss(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
         """The training loss and metrics (calls `forward`, so wrappers such as DDP see the call)."""
@@ -327,6 +344,19 @@ def _ttt_attention(q, keys, values, sees) -> torch.Tensor:
     for i, v in enumerate(values[1:]):
         out = out + probs[..., length + i : length + i + 1] * v
     return out
+
+
+def _indices_leading_to(loss_mask: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The indices t of each row whose TTT chain predicts a learned token (x_{t+2+j} for some j < steps), in
+    order and padded to the longest row: (indices [B, A], which of them are real [B, A])."""
+    batch, length = loss_mask.shape
+    needed = torch.zeros_like(loss_mask)
+    for j in range(min(steps, max(length - 2, 0))):
+        needed[:, : length - 2 - j] |= loss_mask[:, 2 + j :]
+    counts = needed.sum(1)
+    width = max(int(counts.max()), 1) if batch else 1
+    order = torch.sort((~needed).to(torch.uint8), dim=1, stable=True).indices[:, :width]
+    return order, torch.arange(width, device=order.device)[None, :] < counts[:, None]
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
