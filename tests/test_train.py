@@ -465,6 +465,43 @@ def test_offline_shards_from_capture_train_and_validate_on_prepared_eval(tmp_pat
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
+def test_offline_recipe_captures_once_and_trains_as_online_does(tmp_path):
+    """data.online=false with data.prepared and an empty data.features: the first run captures the features
+    (what `draftsmith capture` writes), and training on them takes the same steps as online capture; features
+    captured from other prepared data are refused."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    from draftsmith.data.offline import verify_capture
+
+    assets = write_assets(tmp_path / "assets")
+    features = tmp_path / "features"
+    losses = {}
+    for mode in ("online", "offline"):
+        config_dict = recipe_dict(assets, "eagle3", max_steps=3, checkpoint_every=0, eval_every=0)
+        config_dict["data"] = {"prepared": assets["prepared"], "batch_size": 2, "max_length": 48,
+                               **({"online": True} if mode == "online" else {"features": str(features)})}
+        config_dict["output_dir"] = str(tmp_path / mode)
+        recipe = TrainRecipe(load(TrainConfig, write_recipe(tmp_path / f"{mode}.yaml", config_dict)))
+        recipe.setup()
+        recipe.train()
+        recipe.cleanup()
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+        losses[mode] = [r["loss"] for r in read_log(tmp_path / mode)]
+    assert verify_capture(features)["num_samples"] == 32  # the whole train split
+    assert losses["offline"] == pytest.approx(losses["online"], rel=1e-5)
+
+    from draftsmith.data.prepared import PrepareConfig, prepare
+
+    other = tmp_path / "other"  # the same conversations, split otherwise: another train split
+    prepare(PrepareConfig(target=assets["target"], input=[str(tmp_path / "assets" / "conversations.jsonl")],
+                          out=str(other), eval_fraction=0.3, max_length=96))
+    config = load(TrainConfig, write_recipe(tmp_path / "offline.yaml", config_dict),
+                  [f"data.prepared={other}", f"output_dir={tmp_path / 'other-run'}"])
+    with pytest.raises(DraftsmithError, match="captured from other data"):
+        TrainRecipe(config).setup()
+
+
 def test_fsdp_on_cpu_is_refused_instead_of_silently_running_ddp(monkeypatch):
     from draftsmith.train.recipe import build_accelerator
 

@@ -15,6 +15,7 @@ of 64%), while the order stays a pure function of (seed, sample counter).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -93,6 +94,35 @@ def prompt_of(item: dict) -> list[int]:
     return ids[: max(first, 1)].tolist()
 
 
+def capture_once(data, target, layers: list[int], split) -> None:
+    """Offline training with both data.prepared and data.features: capture the prepared train split's features
+    into data.features on the first run (resumable after a crash, as `draftsmith capture`); later runs and
+    epochs read them without running the target. Refuses features captured from other prepared data."""
+    import json
+    import time
+
+    from draftsmith.data.capture import MANIFEST
+    from draftsmith.data.offline import CaptureConfig, write_capture
+    from draftsmith.errors import DraftsmithError
+
+    manifest = Path(data.features) / MANIFEST
+    if manifest.is_file():
+        made_from = json.loads(manifest.read_text()).get("data_fingerprint")
+        if made_from != split._fingerprint:
+            raise DraftsmithError(
+                f"The features in '{data.features}' were captured from other data than data.prepared "
+                f"'{data.prepared}' holds now. Point data.features at a new folder (or delete that one) to capture again.")
+        return
+    began = time.monotonic()
+    print(f"capturing the target's features of {data.prepared} -> {data.features} (first run only)", flush=True)
+    config = CaptureConfig(target=target.name, data=str(data.prepared), out=str(data.features),
+                           layers=",".join(map(str, layers)), max_batch_size=max(data.batch_size, 1))
+    result = write_capture(config, target)
+    if result is not None:
+        print(f"captured {result['num_samples']} samples, {result['num_tokens']} tokens, in "
+              f"{(time.monotonic() - began) / 60:.1f} min", flush=True)
+
+
 def build_training_data(config, target, layers: list[int], num_prompts: int) -> TrainingData:
     """Offline shards or online capture as the recipe says, plus held-out batches and prompts."""
     from draftsmith.data.capture import FeatureShards, TokenDataset, capture_batch, collate
@@ -105,6 +135,8 @@ def build_training_data(config, target, layers: list[int], num_prompts: int) -> 
     if data.online:
         train = TokenDataset(prepared["train"])
     else:
+        if prepared is not None:
+            capture_once(data, target, layers, prepared["train"])
         train = FeatureShards(data.features, expect_fingerprint=target.fingerprint(), expect_layers=layers)
     held_out = TokenDataset(prepared["eval"]) if prepared is not None and "eval" in prepared else []
     if len(train) == 0:
