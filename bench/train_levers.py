@@ -39,7 +39,7 @@ from draftsmith.train.data import capture_once  # noqa: E402
 from draftsmith.train.recipe import TrainRecipe  # noqa: E402
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m" / "eagle3.yaml"
-PROBE_STEPS = 6
+PROBE_STEPS, PROBE_WARMUP = 16, 4  # 6 steps after 2 warm-up ones misjudged one variant by 1.7x
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--minutes", type=float, default=5.0, help="wall-time budget of every variant, capture included")
@@ -82,7 +82,7 @@ for name, *overrides in args.variant:
     probe = config_for(f"{name}-probe", *overrides, f"train.max_steps={PROBE_STEPS}", "train.eval_every=0",
                        "train.checkpoint_every=0")
     train(probe, target)
-    rate = train_tokens_per_s(out / f"{name}-probe")
+    rate = train_tokens_per_s(out / f"{name}-probe", skip=PROBE_WARMUP)
     budget = args.minutes - (capture_s / 60 if offline else 0.0)
     steps, step_tokens = steps_for(budget, rate, split, probe)
     print(f"{name}: {rate:.0f} tokens/s ({rate / forward:.2f}x the target's forward) -> {steps} steps in "
