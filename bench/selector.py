@@ -47,7 +47,7 @@ eos = eos_ids(target)
 rows = small_batch.tune_and_install(target.model)["rows"]  # as draftsmith eval does
 methods = {"plain": lambda ids: plain_generate(target, ids, GREEDY, args.max_new_tokens, eos)}
 for folder in folders:
-    proposer = load_drafter(folder, target)
+    proposer = load_drafter(str(folder), target)
     small_batch.install_on_proposer(proposer, target, rows)
     methods[folder.parent.name] = (lambda ids, p=proposer: speculative_generate(
         target, p, ids, DraftShape(args.length), GREEDY, args.max_new_tokens, eos))
