@@ -88,6 +88,11 @@ class StoppingRule:
         return self.keep(float(torch.softmax(logits.float(), -1).max()))
 
 
+OPEN_CHAIN_REACH = 8
+"""How far the verify-cost curve is measured by default for chains with no length of their own (EAGLE, a shared
+MTP module); `draftsmith eval` measures as far as the asked draft length when that is longer."""
+
+
 class CutsDrafts:
     """What a proposer that cuts its chains with a `StoppingRule` shares: the verify-cost curve it reads, measured
     by `calibrate` (the eval runner calls it when `wants_verify_cost`), and the rule for one draft. A subclass sets

@@ -28,7 +28,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from draftsmith.config import build
-from draftsmith.cost import CutsDrafts
+from draftsmith.cost import OPEN_CHAIN_REACH, CutsDrafts
 from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder,
@@ -421,7 +421,7 @@ class EagleProposer(CutsDrafts):
     longer pays for its verify cost (`draftsmith.cost.StoppingRule`); that probability comes from the tokens
     drafted before the step, never from the step's own token, so sampling stays lossless."""
 
-    longest_draft = 8  # the verify-cost curve's default reach for cut chains (the eval measures its own length)
+    longest_draft = OPEN_CHAIN_REACH
 
     def __init__(self, drafter: Drafter, target, generator: torch.Generator | None = None):
         self.drafter, self.target, self.generator = drafter.eval(), target, generator

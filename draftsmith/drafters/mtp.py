@@ -26,7 +26,7 @@ from torch import nn
 from transformers import AutoConfig, DynamicCache
 
 from draftsmith.config import build
-from draftsmith.cost import CutsDrafts
+from draftsmith.cost import OPEN_CHAIN_REACH, CutsDrafts
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
 )
@@ -263,7 +263,7 @@ class MTPProposer(CutsDrafts):
     def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
         self.drafter, self.generator = drafter.eval(), generator
         self.required_layers = [drafter.last_layer]
-        self.longest_draft = 8 if drafter.config.shared else drafter.config.num_modules
+        self.longest_draft = OPEN_CHAIN_REACH if drafter.config.shared else drafter.config.num_modules
         self.reset()
 
     def reset(self) -> None:
