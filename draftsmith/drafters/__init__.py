@@ -123,11 +123,16 @@ def predicting_positions(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.T
 def soft_labels(target_head, last: torch.Tensor, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(the target's next-token distribution over a head's rows [n, N], its argmax over the whole vocabulary [n]) at
     the target's last-layer features `last` [n, H]. `rows`: the target ids of a draft-vocabulary head's rows, over
-    which the distribution is the target's renormalised (as EAGLE-3 trains); None: the whole vocabulary."""
+    which the distribution is the target's renormalised (as EAGLE-3 trains); None: the whole vocabulary.
+    `target_head`: a `TargetHead`, whose `draft_targets` never holds [n, V] logits, or any function giving them."""
     if rows is None:
         p = torch.softmax(target_head(last).float(), -1)
         return p, p.argmax(-1)
-    logits, argmax = target_head.draft_targets(last, rows)
+    if hasattr(target_head, "draft_targets"):
+        logits, argmax = target_head.draft_targets(last, rows)
+    else:
+        full = target_head(last).float()
+        logits, argmax = full[..., rows], full.argmax(-1)
     return torch.softmax(logits.float(), -1), argmax
 
 

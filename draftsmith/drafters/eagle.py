@@ -269,11 +269,7 @@ class Drafter(nn.Module):
     def _training_targets(self, last: torch.Tensor, target_head) -> tuple[torch.Tensor, torch.Tensor]:
         """At last-layer features `last` [n, H]: the target's argmax over its whole vocabulary [n] and its
         distribution restricted to the draft vocabulary (all of it for EAGLE-1) and renormalised [n, N]."""
-        if hasattr(target_head, "draft_targets"):  # only the draft rows' logits, never [positions, V]
-            p, argmax = soft_labels(target_head, last, self.draft_ids)
-        else:  # a plain function giving full logits
-            full = target_head(last).float()
-            p, argmax = torch.softmax(full[..., self.draft_ids], -1), full.argmax(-1)
+        p, argmax = soft_labels(target_head, last, self.draft_ids)
         return argmax, p
 
     def loss(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
