@@ -57,6 +57,17 @@ def steps_for(minutes: float, tokens_per_s: float, split, config) -> tuple[int, 
     return max(10, int(minutes * 60 * tokens_per_s / step_tokens)), step_tokens
 
 
+def whole_chains(proposer):
+    """The same drafter drafting whole chains, whatever its confidence cut says (its state is per request: every
+    decode resets it, so the copy shares the weights safely)."""
+    import copy
+
+    whole = copy.copy(proposer)
+    if getattr(whole, "can_cut", False):
+        whole.confidence_cut = False
+    return whole
+
+
 def decode_interleaved(methods: dict, prompts) -> dict[str, list]:
     """Every method on every prompt, in alternating order (no method always first), after one warm-up run each."""
     warm = torch.tensor([prompts[0].token_ids[:32]])

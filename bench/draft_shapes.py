@@ -15,7 +15,6 @@ and the verify-cost curve t(n)/t(1) the cut read. Results go to --out as JSON.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import decode_interleaved, method_rows  # noqa: E402
+from common import decode_interleaved, method_rows, whole_chains  # noqa: E402
 from draftsmith.drafters import DraftShape, Sampling  # noqa: E402
 from draftsmith.eval import small_batch  # noqa: E402
 from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate  # noqa: E402
@@ -60,9 +59,7 @@ def speculative(drafter, shape):
     return lambda ids: speculative_generate(verifier, drafter, ids, shape, GREEDY, args.max_new_tokens, eos)
 
 
-whole = copy.copy(proposer)
-if getattr(whole, "can_cut", False):
-    whole.confidence_cut = False  # --lengths draft whole chains, whatever the folder says
+whole = whole_chains(proposer)  # --lengths draft whole chains, whatever the folder says
 for length in args.lengths:
     methods[f"chain ({length})"] = speculative(whole, DraftShape(length))
 curve = None

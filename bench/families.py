@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import decode_interleaved, forward_tokens_per_s, method_rows, read_log, steps_for, train  # noqa: E402
-from common import step_costs, train_tokens_per_s  # noqa: E402
+from common import step_costs, train_tokens_per_s, whole_chains  # noqa: E402
 from draftsmith.config import load  # noqa: E402
 from draftsmith.data.capture import TokenDataset  # noqa: E402
 from draftsmith.data.prepared import load_prepared  # noqa: E402
@@ -185,8 +185,7 @@ for family, info in families.items():
         methods[f"{family} {label}"] = (lambda ids, p=drafter, s=shape, v=verifier: speculative_generate(
             v, p, ids, s, GREEDY, args.max_new_tokens, eos))
     if cuts:  # does the cut pay? the same drafter drafting whole chains
-        whole = copy.copy(proposer)  # the same drafter (its state is per request: reset by every decode)
-        whole.confidence_cut = False
+        whole = whole_chains(proposer)
         uncut = f"{family} chain ({info['draft_length']}), uncut"
         methods[uncut] = (lambda ids, p=whole, s=chain, v=verifier: speculative_generate(
             v, p, ids, s, GREEDY, args.max_new_tokens, eos))
