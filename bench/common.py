@@ -13,6 +13,11 @@ from draftsmith.eval import metrics
 from draftsmith.train.recipe import TrainRecipe
 
 
+PROBE_STEPS, PROBE_WARMUP = 16, 4
+"""a probe run's steps, and its first steps left out of the rate: 6 steps after 2 warm-up ones misjudged one
+variant's rate by 1.7x (bench/train_levers.py)"""
+
+
 def train(config, target) -> TrainRecipe:
     """Run one training recipe to its end (setup, train, cleanup) with a shared, already loaded target."""
     recipe = TrainRecipe(config, target=target)

@@ -3,16 +3,20 @@
     .venv/bin/python bench/eagle3_smollm2.py --minutes 60 --num-prompts 40 --vocab-sizes 4096 8192 16384
 
 For each draft-vocabulary size: train the default recipe (recipes/smollm2-135m/eagle3.yaml) for
-about --minutes of wall time (steps = budget / seconds per step measured on a short probe), then
-decode the same HumanEval prompts at T=0, interleaved prompt by prompt, with: our plain loop,
-EAGLE-3 chains, EAGLE-3 trees, our prompt lookup and generate(prompt_lookup_num_tokens) (our plain
+about --minutes of wall time (steps = budget / seconds per step measured on a 16-step probe; an offline
+recipe first captures the features once into OUT/features, and that capture is charged to every
+drafter's budget), evaluating on the held-out split 5 times (best/ is kept by the implied τ, as the
+recipe says), then decode the same HumanEval prompts at T=0, interleaved prompt by prompt, with: our plain
+loop, EAGLE-3 chains of each --draft-length, EAGLE-3 trees of each --tree, our prompt lookup and
+generate(prompt_lookup_num_tokens) (our plain
 loop against plain generate() is bench/decode.py's job). --narrow-to N also decodes chains with each
 trained head cut to its N most frequent tokens (Drafter.narrow_vocab), which prices the head's size
 without training again. As in `draftsmith eval`, the target's linear
 layers first get W·xᵀ for the few-row inputs where it is measured faster (eval/small_batch.py); every
 method runs those same layers.
-Prints τ, speedups as ratios measured in this run, the draft-time fraction, online-training
-tokens/s relative to target-forward-only tokens/s, and peak memory (RSS) of the whole run.
+Prints best/'s held-out per-step accuracy, τ, speedups as ratios measured in this run, the draft-time
+fraction, training tokens/s relative to target-forward-only tokens/s (online or offline, as the recipe
+trains), and peak memory (RSS) of the whole run.
 Goals on a 2-core CPU (issue 5): τ >= 3.0 chains, >= 3.5 trees; >= 1.7x our plain loop and
 >= 1.5x generate(prompt_lookup); the default recipe under 6 GiB.
 """
@@ -31,8 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import decode_interleaved, forward_tokens_per_s as measure_forward, steps_for, train  # noqa: E402
-from common import train_tokens_per_s as train_tokens_per_s_of  # noqa: E402
+from common import PROBE_STEPS, PROBE_WARMUP, decode_interleaved, read_log, steps_for, train  # noqa: E402
+from common import forward_tokens_per_s as measure_forward, train_tokens_per_s as train_tokens_per_s_of  # noqa: E402
 from draftsmith.config import load  # noqa: E402
 from draftsmith.data.prepared import load_token_counts  # noqa: E402
 from draftsmith.drafters import DraftShape, Sampling, kind_module  # noqa: E402
@@ -58,8 +62,8 @@ parser.add_argument("--narrow-to", type=int, nargs="*", default=[],
                          "data (Drafter.narrow_vocab: no retraining; prices the head's size at decode time)")
 parser.add_argument("--num-prompts", type=int, default=40, help="HumanEval prompts decoded per drafter")
 parser.add_argument("--max-new-tokens", type=int, default=128)
-parser.add_argument("--draft-length", type=int, default=4, help="EAGLE-3 chain length")
-parser.add_argument("--tree", default="5,8,32", help="EAGLE-3 tree DEPTH,TOPK,TOTAL")
+parser.add_argument("--draft-length", type=int, nargs="+", default=[2, 3], help="EAGLE-3 chain lengths decoded")
+parser.add_argument("--tree", nargs="*", default=["3,4,8"], help="EAGLE-3 trees decoded, each DEPTH,TOPK,TOTAL")
 parser.add_argument("--lookup-length", type=int, default=10, help="k of both prompt-lookup methods")
 parser.add_argument("--out", default="runs/bench-eagle3", help="where runs and bench.json go")
 parser.add_argument("--reuse", action="store_true",
@@ -69,7 +73,8 @@ parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE
                     help="extra overrides of the recipe for every drafter, e.g. drafter.ttt_steps=5")
 args = parser.parse_args()
 out = Path(args.out)
-recipe = load(TrainConfig, RECIPE, ["report.num_prompts=0", *args.set])  # the recipe as every run here sees it
+SHARED = [f"data.features={out / 'features'}", "report.num_prompts=0", *args.set]  # what every run here sees
+recipe = load(TrainConfig, RECIPE, SHARED)
 
 
 def train_config(name: str, *overrides: str) -> TrainConfig:
@@ -77,7 +82,14 @@ def train_config(name: str, *overrides: str) -> TrainConfig:
     if (out / name).exists():
         print(f"removing the previous bench run {out / name}", flush=True)
         shutil.rmtree(out / name)
-    return load(TrainConfig, RECIPE, [f"output_dir={out / name}", "report.num_prompts=0", *args.set, *overrides])
+    return load(TrainConfig, RECIPE, [f"output_dir={out / name}", *SHARED, *overrides])
+
+
+def held_out_at_best(run: Path) -> dict:
+    """The held-out figures logged at the step best/ was kept from (the implied τ's best)."""
+    evals = [r for r in read_log(run) if r.get("split") == "eval"]
+    best = max(evals, key=lambda r: r.get("implied_acceptance_length", 0.0))
+    return {key: best.get(key) for key in ("step", "acc_0", "acc_1", "implied_acceptance_length")}
 
 
 # ----------------------------------------------------------------------------- data and probe
@@ -91,43 +103,57 @@ def probe_and_train():
     from draftsmith.data.vocab import build_draft_vocab, save_draft_vocab  # noqa: E402
 
     counts = load_token_counts(args.vocab_from or base.data.prepared)
-    probe_steps = 6
-    probe = train(train_config("probe", f"train.max_steps={probe_steps}", "train.eval_every=0",
-                               "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1"), target)
-    train_tokens_per_s = train_tokens_per_s_of(out / "probe")  # after 2 warm-up steps
     from draftsmith.data.capture import TokenDataset  # noqa: E402
     from draftsmith.data.prepared import load_prepared  # noqa: E402
+    from draftsmith.drafters import eagle  # noqa: E402
+    from draftsmith.train.data import capture_once  # noqa: E402
 
-    split = TokenDataset(load_prepared(base.data.prepared)["train"])
+    prepared = load_prepared(base.data.prepared, target)
+    split = TokenDataset(prepared["train"])
+    layers = eagle.create(eagle.Config(), target).required_layers
+    capture_minutes = 0.0
+    if not base.data.online:  # captured once, charged to every drafter's budget as if each captured its own
+        began = time.perf_counter()
+        capture_once(base.data, target, layers, prepared["train"])
+        capture_minutes = (time.perf_counter() - began) / 60
+    vocabs = {size: out / f"vocab-{size}" for size in args.vocab_sizes}
+    for size, folder in vocabs.items():
+        save_draft_vocab(folder, build_draft_vocab(counts, size))
+    probe = train(train_config("probe", f"data.draft_vocab={vocabs[args.vocab_sizes[0]]}",
+                               f"train.max_steps={PROBE_STEPS}", "train.eval_every=0",
+                               "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1"), target)
+    train_tokens_per_s = train_tokens_per_s_of(out / "probe", skip=PROBE_WARMUP)
     forward_tokens_per_s = measure_forward(target, split, base, probe.layers)
 
     # one drafter per vocab size. The probe's few batches can be far shorter or longer than the average
     # one, so the step count comes from its tokens/s and the mean tokens per batch of the whole split.
-    steps, mean_step_tokens = steps_for(args.minutes, train_tokens_per_s, split, base)
-    print(f"probe: {train_tokens_per_s:.0f} tokens/s, {mean_step_tokens:.0f} tokens per step on average -> {steps} steps "
-          f"for {args.minutes:g} minutes per drafter", flush=True)
+    steps, mean_step_tokens = steps_for(args.minutes - capture_minutes, train_tokens_per_s, split, base)
+    print(f"probe: {train_tokens_per_s:.0f} tokens/s ({'online' if base.data.online else 'offline'}), "
+          f"{mean_step_tokens:.0f} tokens per step on average -> {steps} steps for {args.minutes:g} minutes per "
+          f"drafter ({capture_minutes:.1f} of them capturing)", flush=True)
     drafters = {}
-    for size in args.vocab_sizes:
-        vocab_dir = out / f"vocab-{size}"
-        save_draft_vocab(vocab_dir, build_draft_vocab(counts, size))
+    for size, vocab_dir in vocabs.items():
         began = time.perf_counter()
+        every = f"{max(steps // 5, 1)}"
         train(train_config(f"eagle3-v{size}", f"train.max_steps={steps}", f"data.draft_vocab={vocab_dir}",
-                           f"train.eval_every={max(steps // 3, 1)}", f"train.checkpoint_every={max(steps // 3, 1)}"), target)
-        drafters[size] = {"folder": out / f"eagle3-v{size}" / "best", "train_minutes": (time.perf_counter() - began) / 60}
-    training = {"prepare_minutes": prepare_minutes, "training_minutes_budget": args.minutes, "steps": steps,
-                "seconds_per_step": mean_step_tokens / train_tokens_per_s,
-                "online_training_tokens_per_s": train_tokens_per_s, "target_forward_tokens_per_s": forward_tokens_per_s,
-                "online_training_over_forward": train_tokens_per_s / forward_tokens_per_s}
+                           f"train.eval_every={every}", f"train.checkpoint_every={every}"), target)
+        drafters[size] = {"folder": out / f"eagle3-v{size}" / "best", "train_minutes": (time.perf_counter() - began) / 60,
+                          "held_out": held_out_at_best(out / f"eagle3-v{size}")}
+    training = {"prepare_minutes": prepare_minutes, "capture_minutes": capture_minutes,
+                "training_minutes_budget": args.minutes, "steps": steps,
+                "seconds_per_step": mean_step_tokens / train_tokens_per_s, "online": base.data.online,
+                "training_tokens_per_s": train_tokens_per_s, "target_forward_tokens_per_s": forward_tokens_per_s,
+                "training_over_forward": train_tokens_per_s / forward_tokens_per_s}
     return target, training, drafters
 
 
 if args.reuse:
     previous = json.loads((out / "bench.json").read_text())
-    training = {key: previous.get(key) for key in ("prepare_minutes", "training_minutes_budget", "steps", "seconds_per_step",
-                                               "online_training_tokens_per_s", "target_forward_tokens_per_s",
-                                               "online_training_over_forward")}
-    drafters = {int(size): {"folder": Path(info["folder"]), "train_minutes": info["train_minutes"]}
-                for size, info in previous["drafters"].items()}
+    training = {key: previous.get(key) for key in ("prepare_minutes", "capture_minutes", "training_minutes_budget",
+                                               "steps", "seconds_per_step", "online", "training_tokens_per_s",
+                                               "target_forward_tokens_per_s", "training_over_forward")}
+    drafters = {int(size): {"folder": Path(info["folder"]), "train_minutes": info["train_minutes"],
+                            "held_out": info.get("held_out") or {}} for size, info in previous["drafters"].items()}
     print(f"reusing the drafters of {out / 'bench.json'}: " + ", ".join(str(d["folder"]) for d in drafters.values()))
     target = TrainRecipe(recipe).load_target()
 else:
@@ -141,7 +167,7 @@ if args.narrow_to and args.vocab_from:  # tokens the training data never shows: 
 GREEDY = Sampling()
 prompts = load_prompts("humaneval", target, args.num_prompts)
 eos = eos_ids(target)
-depth, top_k, total = (int(v) for v in args.tree.split(","))
+trees = [tuple(int(v) for v in spec.split(",")) for spec in args.tree]
 tuning = small_batch.tune_and_install(target.model)
 lookup = PromptLookup(LookupConfig())
 lookup.calibrate(target, args.lookup_length)  # adaptive draft lengths, as draftsmith eval does
@@ -155,16 +181,19 @@ methods = {
 for size, info in drafters.items():
     proposer = kind_module("eagle").load_proposer(info["folder"], target)
     small_batch.install_on_proposer(proposer, target, tuning["rows"])  # as draftsmith eval does
-    methods[f"eagle3 v{size} chain"] = (lambda ids, p=proposer: speculative_generate(
-        target, p, ids, DraftShape(args.draft_length), GREEDY, args.max_new_tokens, eos))
-    methods[f"eagle3 v{size} tree"] = (lambda ids, p=proposer: speculative_generate(
-        target, p, ids, DraftShape(tree=(depth, top_k, total)), GREEDY, args.max_new_tokens, eos))
+    for length in args.draft_length:
+        methods[f"eagle3 v{size} chain {length}"] = (lambda ids, p=proposer, k=length: speculative_generate(
+            target, p, ids, DraftShape(k), GREEDY, args.max_new_tokens, eos))
+    for tree in trees:
+        methods[f"eagle3 v{size} tree {','.join(map(str, tree))}"] = (lambda ids, p=proposer, t=tree: speculative_generate(
+            target, p, ids, DraftShape(tree=t), GREEDY, args.max_new_tokens, eos))
     for narrow in [n for n in args.narrow_to if n < size]:
         narrowed = kind_module("eagle").load_proposer(info["folder"], target)
         narrowed.drafter.narrow_vocab(training_counts, narrow)
         small_batch.install_on_proposer(narrowed, target, tuning["rows"])
-        methods[f"eagle3 v{size}->{narrow} chain"] = (lambda ids, p=narrowed: speculative_generate(
-            target, p, ids, DraftShape(args.draft_length), GREEDY, args.max_new_tokens, eos))
+        for length in args.draft_length:
+            methods[f"eagle3 v{size}->{narrow} chain {length}"] = (lambda ids, p=narrowed, k=length: speculative_generate(
+                target, p, ids, DraftShape(k), GREEDY, args.max_new_tokens, eos))
 
 runs = decode_interleaved(methods, prompts)
 
@@ -184,14 +213,21 @@ peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 summary = {
     **training, "reused_drafters": args.reuse,
     "peak_rss_gib": peak_gib, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-    "drafters": {str(k): {"folder": str(v["folder"]), "train_minutes": v["train_minutes"]} for k, v in drafters.items()},
+    "drafters": {str(k): {"folder": str(v["folder"]), "train_minutes": v["train_minutes"], "held_out": v["held_out"]}
+                 for k, v in drafters.items()},
     "methods": rows, "environment": environment(target), "small_batch_linear": tuning,
 }
 (out / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
-print(f"\nprepare {training['prepare_minutes'] or 0:.1f} min (0 when the data was already prepared); "
+print(f"\nprepare {training['prepare_minutes'] or 0:.1f} min (0 when the data was already prepared); capture "
+      f"{training.get('capture_minutes') or 0:.1f} min; "
       + ", ".join(f"v{size} trained {info['train_minutes']:.1f} min" for size, info in drafters.items()))
-print(f"online training {training['online_training_tokens_per_s']:.0f} tok/s vs target forward only "
-      f"{training['target_forward_tokens_per_s']:.0f} tok/s -> {training['online_training_over_forward']:.2f}x"
+for size, info in drafters.items():
+    best = info["held_out"]
+    if best:
+        print(f"v{size} best/ (step {best['step']}): held-out acc 0 {best['acc_0']:.3f}, acc 1 {best['acc_1']:.3f}, "
+              f"implied τ {best['implied_acceptance_length']:.3f}")
+print(f"{'online' if training.get('online') else 'offline'} training {training['training_tokens_per_s']:.0f} tok/s vs "
+      f"target forward only {training['target_forward_tokens_per_s']:.0f} tok/s -> {training['training_over_forward']:.2f}x"
       f"{' (carried over from the run that trained the drafters)' if args.reuse else ''}; peak RSS {peak_gib:.2f} GiB")
 print(f"{'method':<28} {'tok/s':>7} {'τ':>5} {'vs plain':>9} {'vs gen(PLD)':>12} {'draft frac':>11} identical")
 for name, row in rows.items():

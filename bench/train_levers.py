@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import forward_tokens_per_s, read_log, steps_for, train, train_tokens_per_s  # noqa: E402
+from common import PROBE_STEPS, PROBE_WARMUP, forward_tokens_per_s, read_log, steps_for, train  # noqa: E402
+from common import train_tokens_per_s  # noqa: E402
 from draftsmith.config import load  # noqa: E402
 from draftsmith.data.capture import TokenDataset  # noqa: E402
 from draftsmith.data.prepared import load_prepared  # noqa: E402
@@ -39,7 +40,6 @@ from draftsmith.train.data import capture_once  # noqa: E402
 from draftsmith.train.recipe import TrainRecipe  # noqa: E402
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m" / "eagle3.yaml"
-PROBE_STEPS, PROBE_WARMUP = 16, 4  # 6 steps after 2 warm-up ones misjudged one variant by 1.7x
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--minutes", type=float, default=5.0, help="wall-time budget of every variant, capture included")
