@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.command:
             parser.print_help()
             return 2
+        from draftsmith.target import flush_denormals
+
+        flush_denormals()  # before any torch thread starts, so that every one inherits it
         module = importlib.import_module(COMMANDS[args.command])
         return module.run(args) or 0
     except DraftsmithError as err:

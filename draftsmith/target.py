@@ -276,7 +276,7 @@ class TargetHead:
     drafter trains on (logits over its rows and the full-vocabulary argmax) without ever holding
     [positions, vocabulary] logits: on a large vocabulary that is most of a training step's memory."""
 
-    CHUNK = 16384  # vocabulary rows per matmul when only the argmax is needed
+    CHUNK = 16384  # vocabulary rows per matmul when the whole vocabulary's argmax is needed
 
     def __init__(self, target: Target):
         self.target = target
@@ -285,23 +285,43 @@ class TargetHead:
         return self.target.model.get_output_embeddings()(self.target.final_norm(last_layer_features))
 
     @torch.no_grad()
-    def draft_targets(self, last_layer_features: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits over vocabulary rows `ids` [..., N], argmax over the whole vocabulary [...])."""
+    def draft_targets(self, last_layer_features: torch.Tensor, ids: torch.Tensor,
+                      argmax: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits over vocabulary rows `ids` [..., N], argmax over the whole vocabulary [...] or None when
+        `argmax` is false: then only the N rows are computed).
+
+        The argmax runs over contiguous slices of the head's weight, which give the `ids` columns on the way:
+        no copy of the vocabulary's rows is gathered, and no row is multiplied twice."""
         head = self.target.model.get_output_embeddings()
         weight, bias = head.weight, getattr(head, "bias", None)
         hidden = self.target.final_norm(last_layer_features)
-        logits = F.linear(hidden, weight[ids], None if bias is None else bias[ids])
-        best, argmax = logits.max(-1)
-        argmax = ids[argmax]
-        outside = torch.ones(weight.shape[0], dtype=torch.bool, device=weight.device)
-        outside[ids] = False
-        outside = outside.nonzero().flatten()
-        for start in range(0, outside.numel(), self.CHUNK):  # the rest of the vocabulary, for the argmax only
-            rows = outside[start:start + self.CHUNK]
-            value, index = F.linear(hidden, weight[rows], None if bias is None else bias[rows]).max(-1)
-            better = value > best
-            best, argmax = torch.where(better, value, best), torch.where(better, rows[index], argmax)
-        return logits, argmax
+        if not argmax:
+            return F.linear(hidden, weight[ids], None if bias is None else bias[ids]), None
+        logits = best = found = None
+        for start in range(0, weight.shape[0], self.CHUNK):
+            end = min(start + self.CHUNK, weight.shape[0])
+            part = F.linear(hidden, weight[start:end], None if bias is None else bias[start:end])
+            if logits is None:
+                logits = part.new_empty(*part.shape[:-1], ids.numel())
+            inside = (ids >= start) & (ids < end)
+            logits[..., inside] = part[..., ids[inside] - start]
+            value, index = part.max(-1)
+            if best is None:
+                best, found = value, index
+            else:  # strictly greater: ties keep the lower id, as an argmax over the whole row does
+                better = value > best
+                best, found = torch.where(better, value, best), torch.where(better, index + start, found)
+        return logits, found
+
+
+# --------------------------------------------------------------------------- arithmetic on CPU
+def flush_denormals() -> bool:
+    """Compute with denormal floats (below 1.2e-38) as zero on this CPU (FTZ/DAZ), in this thread and in every
+    thread it starts later: torch's thread pool inherits the mode from the thread that creates it, so call this
+    before the first parallel op. A training drafter's sharpening softmaxes produce ever more denormals, and an
+    x86 core takes ~100x longer on each: step times grew 1.55x by step 2916 of the default recipe without it
+    (README, "Training levers"). False where the CPU has no such mode."""
+    return torch.set_flush_denormal(True)
 
 
 # --------------------------------------------------------------------------- attention on CPU

@@ -71,3 +71,13 @@ def test_readme_starts_with_demo_and_test_commands_that_ci_runs():
 def test_readme_demo_command_runs():
     result = subprocess.run(["make", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_every_command_flushes_denormals_before_it_runs(monkeypatch, tmp_path):
+    import draftsmith.target
+    from draftsmith.cli import main
+
+    calls = []
+    monkeypatch.setattr(draftsmith.target, "flush_denormals", lambda: calls.append(1) or True)
+    assert main(["capture", "--verify", str(tmp_path / "missing")]) == 2
+    assert calls == [1]

@@ -147,6 +147,29 @@ def test_reader_refuses_other_target_or_missing_layers(tiny_folder, prepared, tm
 
 
 # --------------------------------------------------------------------------- kill -9 and resume
+def test_fp8_capture_is_near_half_of_bf16_reads_back_within_e4m3_rounding_and_verifies(tiny_folder, prepared, tmp_path):
+    _, target = tiny_folder
+    half = write_capture(config(prepared, tmp_path / "bf16"), target=target)
+    fp8 = write_capture(config(prepared, tmp_path / "fp8", dtype="fp8"), target=target)
+    assert fp8["dtype"] == "float8_e4m3fn" and verify_capture(tmp_path / "fp8")["ok"]
+    features = {name: 3 * manifest["num_tokens"] * target.hidden_size * width
+                for name, manifest, width in (("bf16", half, 2), ("fp8", fp8, 1))}
+    size = {name: sum(shard["bytes"] for shard in manifest["shards"]) for name, manifest in (("bf16", half), ("fp8", fp8))}
+    assert size["bf16"] - size["fp8"] > 0.9 * (features["bf16"] - features["fp8"])  # 1 byte a value + a scale a token
+    bf16, quantised = FeatureShards(tmp_path / "bf16"), FeatureShards(tmp_path / "fp8")
+    errors = []
+    for i in range(len(bf16)):
+        for layer in (1, 4, 7):
+            x, y = bf16[i]["features"][layer].float(), quantised[i]["features"][layer]
+            assert y.dtype == torch.bfloat16 and not torch.equal(y.float(), x)
+            error, row_max = (y.float() - x).abs(), x.abs().amax(-1, keepdim=True)
+            assert (error <= 0.07 * x.abs() + row_max * 1e-5).all()  # e4m3: 3 mantissa bits, scaled per token
+            errors.append(error.sum() / x.abs().sum())
+    assert 0.005 < float(torch.stack(errors).mean()) < 0.04
+    with pytest.raises(DraftsmithError, match="fp8"):
+        write_capture(config(prepared, tmp_path / "bad", dtype="int4"), target=target)
+
+
 def capture_command(target_dir, data, out, *extra):
     return [sys.executable, "-m", "draftsmith.data.commands", "capture", "--target", str(target_dir),
             "--data", str(data), "--out", str(out), "--layers", "1,4,7", "--samples-per-shard", "2",

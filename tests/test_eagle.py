@@ -315,13 +315,55 @@ def test_training_targets_from_draft_rows_equal_the_full_head(tiny_llama):
     last = batch["features"][7][0]
     ids = torch.tensor([3, 17, 200, 5])
     old_chunk = type(target.head).CHUNK
-    type(target.head).CHUNK = 7  # many chunks over the rest of the vocabulary
+    type(target.head).CHUNK = 7  # many chunks over the vocabulary, the last one short
     try:
         logits, argmax = target.head.draft_targets(last, ids)
+        rows_only, none = target.head.draft_targets(last, ids, argmax=False)
     finally:
         type(target.head).CHUNK = old_chunk
     torch.testing.assert_close(logits, target.head(last)[..., ids])
     assert torch.equal(argmax, target.head(last).argmax(-1))
+    torch.testing.assert_close(rows_only, logits) and none is None
+
+
+def test_stored_top_k_gives_the_argmax_and_with_labels_topk_the_distribution(tiny_llama):
+    """Top-k logits stored at capture: their first index replaces the head's pass over the whole vocabulary
+    (same loss), and with labels=topk they are the distribution (the head's when k covers the vocabulary)."""
+    from draftsmith.drafters import stored_soft_labels
+
+    target = frozen(tiny_llama)
+    vocab = draft_vocab(target, 48)
+    drafter = eagle.create(eagle.Config(ttt_steps=2), target, vocab)
+    batch = make_batch(target, drafter)
+    logits = target.head(batch["features"][target.num_layers - 1]).float()
+    reference, reference_metrics = drafter.loss(batch, target.head)
+    values, indices = logits.topk(4, -1)
+    ours, ours_metrics = drafter.loss(dict(batch, target_topk={"values": values, "indices": indices}), target.head)
+    torch.testing.assert_close(ours, reference)
+    assert ours_metrics == pytest.approx(reference_metrics, rel=1e-6, abs=1e-7)
+    # the stored argmax is the one used: a token outside the draft vocabulary there masks every position out
+    outside = torch.full_like(indices, int((~vocab.t2d).nonzero()[0]))
+    masked, _ = drafter.loss(dict(batch, target_topk={"values": values, "indices": outside}), target.head)
+    assert float(masked) == 0.0 and float(reference) > 0.0
+
+    drafter.config.labels = "topk"
+    with pytest.raises(DraftsmithError, match="topk"):
+        drafter.loss(batch, target.head)
+    every_values, every_indices = logits.topk(target.vocab_size, -1)
+    everything = dict(batch, target_topk={"values": every_values, "indices": every_indices})
+    torch.testing.assert_close(drafter.loss(everything, target.head)[0], reference, rtol=1e-5, atol=1e-5)
+
+    flat_values, flat_indices = values.reshape(-1, 4), indices.reshape(-1, 4)
+    p, argmax = stored_soft_labels(flat_values, flat_indices, drafter.draft_ids)
+    assert torch.equal(argmax, flat_indices[:, 0])
+    inside = vocab.t2d[flat_indices]
+    for row in range(p.shape[0]):  # softmax over the top 4 that are rows, renormalised; zero elsewhere
+        expected = torch.zeros(p.shape[1])
+        if inside[row].any():
+            slots = torch.searchsorted(drafter.draft_ids, flat_indices[row][inside[row]])
+            expected[slots] = torch.softmax(flat_values[row][inside[row]], -1)
+        torch.testing.assert_close(p[row], expected)
+    assert (~inside.any(-1)).any() and inside.any(-1).any()  # both kinds of row were checked
 
 
 def test_a_drafter_refuses_a_target_with_another_tokenizer(tiny_llama, tmp_path):

@@ -181,3 +181,21 @@ def test_grouped_attention_equals_transformers_sdpa_on_masked_cached_passes(arch
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
     # both masked passes of `ours` took the in-place grouped path in every layer (the reference's calls record None)
     assert grouped.count(True) == 2 * ours.config.num_hidden_layers
+
+
+def test_flush_denormals_reaches_the_threads_torch_starts_later():
+    """Denormal inputs count as zero in every thread of torch's pool once flush_denormals ran before it started;
+    without it, they stay (the check can fail)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\nfrom draftsmith.target import flush_denormals\ntorch.set_num_threads(2)\n"
+            "flushed = flush_denormals() if sys.argv[1] == '1' else False\n"
+            "x = torch.full((1 << 22,), 1e-39)\nprint(flushed, int(((x * 3.0) != 0).sum()), x.numel())")
+    for flag in ("1", "0"):
+        out = subprocess.run([sys.executable, "-c", code, flag], capture_output=True, text=True, check=True).stdout.split()
+        if out[0] == "True":
+            assert out[1] == "0", "a thread of the pool kept computing with denormals"
+        else:
+            assert flag == "0" or pytest.skip("this CPU has no flush-to-zero mode")
+            assert out[1] == out[2]

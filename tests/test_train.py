@@ -502,6 +502,38 @@ def test_offline_recipe_captures_once_and_trains_as_online_does(tmp_path):
         TrainRecipe(config).setup()
 
 
+def test_offline_recipe_with_fp8_features_and_top_k_labels(tmp_path):
+    """data.features_dtype=fp8 and data.topk_logits=K: the first run captures fp8 shards with the target's top-K
+    logits, labels=topk trains on them and validates on held-out batches given the same; a recipe that asks
+    for more logits than were captured is refused."""
+    from draftsmith.data.capture import read_manifest
+
+    assets = write_assets(tmp_path / "assets")
+    features = tmp_path / "features"
+    config_dict = recipe_dict(assets, "eagle3", max_steps=3, checkpoint_every=0, eval_every=3)
+    config_dict["data"] = {"prepared": assets["prepared"], "batch_size": 2, "max_length": 48, "features": str(features),
+                           "features_dtype": "fp8", "topk_logits": 8}
+    config_dict["drafter"]["labels"] = "topk"
+    config_dict["output_dir"] = str(tmp_path / "run")
+    recipe = TrainRecipe(load(TrainConfig, write_recipe(tmp_path / "recipe.yaml", config_dict)))
+    recipe.setup()
+    recipe.train()
+    recipe.cleanup()
+    manifest = read_manifest(features)
+    assert manifest["dtype"] == "float8_e4m3fn" and manifest["topk_logits"] == 8
+    log = read_log(tmp_path / "run")
+    assert len(log) == 3 and all(math.isfinite(r["loss"]) and r["loss"] > 0 for r in log)
+    assert read_log(tmp_path / "run", "eval")[-1]["acc_0"] >= 0.0
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    config = load(TrainConfig, write_recipe(tmp_path / "recipe.yaml", config_dict),
+                  ["data.topk_logits=16", f"output_dir={tmp_path / 'refused'}"])
+    with pytest.raises(DraftsmithError, match="fewer than data.topk_logits 16"):
+        TrainRecipe(config).setup()
+
+
 def test_fsdp_on_cpu_is_refused_instead_of_silently_running_ddp(monkeypatch):
     from draftsmith.train.recipe import build_accelerator
 

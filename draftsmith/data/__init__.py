@@ -4,7 +4,7 @@
                        [--last-turn-only] [--eval-fraction F] [--strict] [--draft-vocab-size N]
                        [--regenerate [--temperature X] [--max-new-tokens M] [--batch-size B]]
     draftsmith capture --target T --data DIR --layers eagle3|dflash:N|last|i,j,k --out FEAT
-                       [--dtype bf16|fp16|fp32] [--topk-logits K]
+                       [--dtype bf16|fp16|fp32|fp8] [--topk-logits K]
     draftsmith capture --verify FEAT
     accelerate launch --num_processes 2 -m draftsmith.data.commands capture ...   (data parallel)
 

@@ -7,7 +7,8 @@ Offline layout of OUT (see `write_capture`):
   capture_config.json           what is being captured (checked on resume, so a rerun cannot mix runs)
   shard-00000.safetensors ...   samples [k*N, (k+1)*N) of the train split, tokens concatenated:
                                   input_ids int32 [T], loss_mask uint8 [T], offsets int64 [n+1],
-                                  sample_ids int64 [n], features.{layer} [T,H], (topk.values/indices)
+                                  sample_ids int64 [n], features.{layer} [T,H], (topk.values/indices);
+                                  fp8 captures add features.{layer}.scale float32 [T] (one scale per token)
   shard-00000.json              per-shard sample ids, token count, sha256 (written after the shard)
   manifest.json                 target fingerprint, layers, dtype, shards, num_samples, num_tokens
 Every file is written to a temporary name, fsync'ed and renamed, so a half-written shard is never
@@ -27,8 +28,33 @@ from draftsmith.errors import DraftsmithError
 
 MANIFEST = "manifest.json"
 CONFIG = "capture_config.json"
-SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
+SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F8_E4M3": torch.float8_e4m3fn,
                       "I64": torch.int64, "I32": torch.int32, "U8": torch.uint8}
+FP8 = torch.float8_e4m3fn
+FP8_NAMES = ("fp8", "float8", "float8_e4m3fn")
+
+
+def feature_dtype(name: str | torch.dtype) -> torch.dtype:
+    """The dtype captured features are stored in: the target dtypes (bf16, fp16, fp32) or fp8 (e4m3, scaled)."""
+    from draftsmith.target import DTYPES, parse_dtype
+
+    if name in FP8_NAMES or name == FP8:
+        return FP8
+    if isinstance(name, str) and name not in DTYPES:
+        raise DraftsmithError(f"Unknown feature dtype '{name}'. Use one of: bf16, fp16, fp32, fp8.")
+    return parse_dtype(name)
+
+
+def to_fp8(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp8 e4m3 features [T, H], float32 scale [T]): each token's row scaled so its largest magnitude is e4m3's
+    largest (448): ~6% relative error per value at most, whatever the row's range."""
+    scale = features.float().abs().amax(-1).clamp(min=1e-12) / torch.finfo(FP8).max
+    return (features.float() / scale[:, None]).to(FP8), scale
+
+
+def from_fp8(values: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The bf16 features that `to_fp8` stored."""
+    return (values.float() * scale[:, None]).to(torch.bfloat16)
 
 
 # --------------------------------------------------------------------------- layer specs
@@ -220,12 +246,18 @@ class FeatureShards(torch.utils.data.Dataset):
             "input_ids": tensors["input_ids"][start:end].long(),
             "loss_mask": tensors["loss_mask"][start:end].long(),
             "sample_id": int(tensors["sample_ids"][position]),
-            "features": {layer: tensors[f"features.{layer}"][start:end] for layer in self.layers},
+            "features": {layer: _features(tensors, layer, start, end) for layer in self.layers},
         }
         if "topk.values" in tensors:
             item["target_topk"] = {"values": tensors["topk.values"][start:end],
                                    "indices": tensors["topk.indices"][start:end]}
         return item
+
+
+def _features(tensors: dict, layer: int, start: int, end: int) -> torch.Tensor:
+    """One layer's features of tokens [start, end) of a shard, read back from fp8 where it was stored so."""
+    values, scale = tensors[f"features.{layer}"][start:end], tensors.get(f"features.{layer}.scale")
+    return values if scale is None else from_fp8(values, scale[start:end])
 
 
 def read_manifest(directory: Path) -> dict:

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from draftsmith.data.capture import (
-    CONFIG, MANIFEST, TokenDataset, batches_by_tokens, capture_batch, collate, parse_layers, read_manifest,
+    CONFIG, FP8, MANIFEST, TokenDataset, batches_by_tokens, capture_batch, collate, feature_dtype, parse_layers,
+    read_manifest, to_fp8,
 )
 from draftsmith.errors import DraftsmithError
 from draftsmith.files import file_sha256, write_atomically
@@ -33,7 +34,8 @@ class CaptureConfig:
     out: str = "runs/features"
     """output folder for shards and manifest.json"""
     dtype: str = "bf16"
-    """dtype of stored features: bf16, fp16 or fp32"""
+    """dtype of stored features: bf16, fp16, fp32 or fp8 (e4m3 with one float32 scale per token and layer; half
+    of bf16's size, read back as bf16)"""
     topk_logits: int = 0
     """also store the target's top-K logits per token (0 = off)"""
     split: str = "train"
@@ -73,7 +75,6 @@ class _Ranks:
 def write_capture(config: CaptureConfig, target=None) -> dict | None:
     """Capture (or finish capturing) `config.data` into `config.out`; returns the manifest on rank 0."""
     from draftsmith.data.prepared import load_prepared
-    from draftsmith.target import parse_dtype
 
     ranks = _Ranks()
     if target is None:
@@ -86,7 +87,7 @@ def write_capture(config: CaptureConfig, target=None) -> dict | None:
         raise DraftsmithError(f"Prepared data '{config.data}' has no split '{config.split}' (has {list(splits)}).")
     split = splits[config.split]
     layers = parse_layers(config.layers, target)
-    dtype = parse_dtype(config.dtype)
+    dtype = feature_dtype(config.dtype)
     out = Path(config.out)
     plan = {
         "target": target.fingerprint(), "layers": layers, "dtype": str(dtype).removeprefix("torch."),
@@ -129,9 +130,10 @@ def write_capture(config: CaptureConfig, target=None) -> dict | None:
 def capture_samples(target, dataset, lengths, ids, layers, dtype, config, pad_id):
     """Features of samples `ids` concatenated along tokens (no padding stored)."""
     parts: dict[str, list[torch.Tensor]] = {"input_ids": [], "loss_mask": []}
+    fp8 = dtype == FP8
     for group in batches_by_tokens(lengths, ids, config.max_batch_tokens, config.max_batch_size):
-        batch = capture_batch(target, collate([dataset[i] for i in group], pad_id), layers, dtype,
-                              config.topk_logits)
+        batch = capture_batch(target, collate([dataset[i] for i in group], pad_id), layers,
+                              torch.bfloat16 if fp8 else dtype, config.topk_logits)
         for row, sample_id in enumerate(group):
             n = lengths[sample_id]
             parts["input_ids"].append(batch["input_ids"][row, :n].to(torch.int32))
@@ -142,6 +144,9 @@ def capture_samples(target, dataset, lengths, ids, layers, dtype, config, pad_id
                 for key in ("values", "indices"):
                     parts.setdefault(f"topk.{key}", []).append(batch["target_topk"][key][row, :n].cpu())
     tensors = {name: torch.cat(chunks).contiguous() for name, chunks in parts.items()}
+    if fp8:
+        for layer in layers:
+            tensors[f"features.{layer}"], tensors[f"features.{layer}.scale"] = to_fp8(tensors[f"features.{layer}"])
     offsets = [0]
     for sample_id in ids:
         offsets.append(offsets[-1] + lengths[sample_id])

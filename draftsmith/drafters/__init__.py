@@ -120,20 +120,38 @@ def predicting_positions(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 @torch.no_grad()
-def soft_labels(target_head, last: torch.Tensor, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def soft_labels(target_head, last: torch.Tensor, rows: torch.Tensor | None = None,
+                argmax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(the target's next-token distribution over a head's rows [n, N], its argmax over the whole vocabulary [n]) at
     the target's last-layer features `last` [n, H]. `rows`: the target ids of a draft-vocabulary head's rows, over
     which the distribution is the target's renormalised (as EAGLE-3 trains); None: the whole vocabulary.
+    `argmax`: the target's argmax when it is already known (stored at capture, `stored_soft_labels`), which spares
+    a draft-vocabulary head the pass over the rest of the vocabulary.
     `target_head`: a `TargetHead`, whose `draft_targets` never holds [n, V] logits, or any function giving them."""
     if rows is None:
         p = torch.softmax(target_head(last).float(), -1)
-        return p, p.argmax(-1)
+        return p, p.argmax(-1) if argmax is None else argmax
     if hasattr(target_head, "draft_targets"):
-        logits, argmax = target_head.draft_targets(last, rows)
+        logits, found = target_head.draft_targets(last, rows, argmax=argmax is None)
     else:
         full = target_head(last).float()
-        logits, argmax = full[..., rows], full.argmax(-1)
-    return torch.softmax(logits.float(), -1), argmax
+        logits, found = full[..., rows], full.argmax(-1)
+    return torch.softmax(logits.float(), -1), found if argmax is None else argmax
+
+
+def stored_soft_labels(values: torch.Tensor, indices: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`soft_labels` from the target's top-k logits stored at capture (`draftsmith capture --topk-logits K`):
+    `values`, `indices` [n, k], best first; `rows`: the sorted target ids of the head's rows. The distribution
+    over the rows is the softmax over those of the k tokens that are rows; the vocabulary beyond the top k counts
+    as zero, an approximation that needs no target head at all. A position none of whose k tokens is a row gets
+    zeros (its argmax is not a row either)."""
+    indices = indices.long()
+    slot = torch.searchsorted(rows, indices).clamp(max=rows.numel() - 1)
+    inside = rows[slot] == indices
+    probs = torch.softmax(values.float().masked_fill(~inside, float("-inf")), -1)
+    probs = torch.where(inside, probs, 0.0)  # a position with no k token inside is all -inf: NaN -> 0
+    p = probs.new_zeros(indices.shape[0], rows.numel()).scatter_add_(1, torch.where(inside, slot, 0), probs)
+    return p, indices[:, 0]
 
 
 TARGET_INFO = ("target_name", "target_architectures", "target_fingerprint")

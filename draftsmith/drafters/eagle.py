@@ -32,7 +32,7 @@ from draftsmith.cost import OPEN_CHAIN_REACH, CutsDrafts
 from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder,
-    save_folder, soft_labels, target_info,
+    save_folder, soft_labels, stored_soft_labels, target_info,
 )
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree
 from draftsmith.errors import DraftsmithError
@@ -61,6 +61,10 @@ class Config:
     """eagle1: U(-a, a) noise added to the input features during training"""
     token_loss_weight: float = 0.1
     """eagle1: weight of the cross-entropy term next to the feature regression"""
+    labels: Literal["head", "topk"] = "head"
+    """what the loss learns: head = the target's distribution from its last layer through its frozen head (a stored
+    top-k, data.topk_logits, then only supplies the argmax); topk = the stored top-k logits alone (no head pass;
+    the vocabulary beyond the top k counts as zero)"""
 
     def validate(self) -> None:
         if self.ttt_steps is not None and self.ttt_steps < 1:
@@ -239,7 +243,8 @@ class Drafter(nn.Module):
         outputs = self.ttt_forward(batch["input_ids"], features, batch.get("attention_mask"), at=at)
         last = features[self.last_layer]
         labelled = predicting_positions(loss_mask)  # positions s whose next token is learned
-        target_ids, target_p = self._training_targets(last[labelled], target_head)
+        stored = {key: value[labelled] for key, value in batch["target_topk"].items()} if "target_topk" in batch else None
+        target_ids, target_p = self._training_targets(last[labelled], target_head, stored)
         label_of = torch.full(loss_mask.shape, -1, dtype=torch.long, device=last.device)
         label_of[labelled] = torch.arange(labelled[0].numel(), device=last.device)
         total, metrics = target_p.new_zeros(()), {}
@@ -266,10 +271,21 @@ class Drafter(nn.Module):
         return total, metrics
 
     @torch.no_grad()
-    def _training_targets(self, last: torch.Tensor, target_head) -> tuple[torch.Tensor, torch.Tensor]:
+    def _training_targets(self, last: torch.Tensor, target_head, stored: dict | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
         """At last-layer features `last` [n, H]: the target's argmax over its whole vocabulary [n] and its
-        distribution restricted to the draft vocabulary (all of it for EAGLE-1) and renormalised [n, N]."""
-        p, argmax = soft_labels(target_head, last, self.draft_ids)
+        distribution restricted to the draft vocabulary (all of it for EAGLE-1) and renormalised [n, N].
+        `stored`: the target's top-k logits captured at those positions ({"values", "indices"} [n, k]): the
+        first index is the argmax (no pass over the rest of the vocabulary), and with labels=topk the
+        distribution comes from them alone."""
+        if self.config.labels == "topk":
+            if stored is None:
+                raise DraftsmithError("eagle: labels=topk trains on the target's top-k logits stored with the features; "
+                                      "capture them (recipes: data.topk_logits: K; `draftsmith capture --topk-logits K`).")
+            p, argmax = stored_soft_labels(stored["values"], stored["indices"], self.draft_ids)
+            return argmax, p
+        argmax = None if stored is None else stored["indices"][:, 0].long()
+        p, argmax = soft_labels(target_head, last, self.draft_ids, argmax)
         return argmax, p
 
     def loss(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:

@@ -37,6 +37,14 @@ class DataSection:
     """folder of feature shards written by `draftsmith capture` (offline training)"""
     online: bool = False
     """compute target features inside the training loop from `prepared` instead of reading shards"""
+    features_dtype: str = "bf16"
+    """dtype of the features an offline run captures into `features` on its first run: bf16, fp16, fp32 or fp8
+    (e4m3 with a scale per token and layer: half of bf16's disk and page cache, read back as bf16). Features
+    already there are read in whatever dtype they were captured"""
+    topk_logits: int = 0
+    """also give each token the target's top-K logits (captured with the features offline, computed per batch
+    online and for validation). EAGLE takes the target's argmax from them, sparing a pass over the whole
+    vocabulary each step, and with drafter.labels=topk learns from them alone. 0 = off"""
     draft_vocab: str | None = None
     """folder holding the draft vocabulary (d2t/t2d) for drafters with a reduced head; null = full"""
     batch_size: int = 4

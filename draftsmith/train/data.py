@@ -81,8 +81,9 @@ def truncate(item: dict, max_length: int) -> dict:
     out = dict(item)
     for key in ("input_ids", "loss_mask"):
         out[key] = item[key][:max_length]
-    if "features" in item:
-        out["features"] = {layer: value[:max_length] for layer, value in item["features"].items()}
+    for key in ("features", "target_topk"):
+        if key in item:
+            out[key] = {name: value[:max_length] for name, value in item[key].items()}
     return out
 
 
@@ -97,7 +98,8 @@ def prompt_of(item: dict) -> list[int]:
 def capture_once(data, target, layers: list[int], split) -> None:
     """Offline training with both data.prepared and data.features: capture the prepared train split's features
     into data.features on the first run (resumable after a crash, as `draftsmith capture`); later runs and
-    epochs read them without running the target. Refuses features captured from other prepared data."""
+    epochs read them without running the target. Refuses features captured from other prepared data or with fewer
+    top-k logits than data.topk_logits (any dtype is read: data.features_dtype is what a capture made here uses)."""
     import json
     import time
 
@@ -107,16 +109,20 @@ def capture_once(data, target, layers: list[int], split) -> None:
 
     manifest = Path(data.features) / MANIFEST
     if manifest.is_file():
-        made_from = json.loads(manifest.read_text()).get("data_fingerprint")
-        if made_from != split._fingerprint:
-            raise DraftsmithError(
-                f"The features in '{data.features}' were captured from other data than data.prepared "
-                f"'{data.prepared}' holds now. Point data.features at a new folder (or delete that one) to capture again.")
+        made, why = json.loads(manifest.read_text()), None
+        if made.get("data_fingerprint") != split._fingerprint:
+            why = f"from other data than data.prepared '{data.prepared}' holds now"
+        elif made.get("topk_logits", 0) < data.topk_logits:
+            why = f"with {made.get('topk_logits', 0)} top logits per token, fewer than data.topk_logits {data.topk_logits}"
+        if why:
+            raise DraftsmithError(f"The features in '{data.features}' were captured {why}. Point data.features at a "
+                                  "new folder (or delete that one) to capture again.")
         return
     began = time.monotonic()
     print(f"capturing the target's features of {data.prepared} -> {data.features} (first run only)", flush=True)
     config = CaptureConfig(target=target.name, data=str(data.prepared), out=str(data.features),
-                           layers=",".join(map(str, layers)), max_batch_size=max(data.batch_size, 1))
+                           layers=",".join(map(str, layers)), max_batch_size=max(data.batch_size, 1),
+                           dtype=data.features_dtype, topk_logits=data.topk_logits)
     result = write_capture(config, target)
     if result is not None:
         print(f"captured {result['num_samples']} samples, {result['num_tokens']} tokens, in "
@@ -146,7 +152,7 @@ def build_training_data(config, target, layers: list[int], num_prompts: int) -> 
         if "features" in batch:
             return batch
         moved = {k: v.to(target.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-        return capture_batch(target, moved, layers)
+        return capture_batch(target, moved, layers, topk_logits=data.topk_logits)
 
     prompts = [prompt_of(held_out[i]) for i in range(min(num_prompts, len(held_out)))]
     return TrainingData(

@@ -21,6 +21,7 @@ from torch import nn
 from draftsmith.config import to_dict
 from draftsmith.errors import DraftsmithError
 from draftsmith.files import replace_folder, write_atomically
+from draftsmith.target import flush_denormals
 from draftsmith.train import checkpoint
 from draftsmith.train.builders import DrafterLoss, broadcast, build_accelerator, flatten, to_device, warmup_cosine
 from draftsmith.train.config import TrainConfig, drafter_config
@@ -47,6 +48,7 @@ class TrainRecipe:
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
         """Build everything; continue from `output_dir/latest` when resume=true."""
+        flush_denormals()  # the CLI already did, before torch's threads started; a library caller gets this thread
         self._setup_target()  # before DeepSpeed starts: under ZeRO-3 it would partition the frozen target
         self.accelerator = build_accelerator(self.config)
         self.main = self.accelerator.is_main_process
