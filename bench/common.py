@@ -10,7 +10,10 @@ from pathlib import Path
 import torch
 
 from draftsmith.eval import metrics
+from draftsmith.target import flush_denormals
 from draftsmith.train.recipe import TrainRecipe
+
+flush_denormals()  # as the CLI does: every bench that imports this file runs as `draftsmith` would
 
 
 PROBE_STEPS, PROBE_WARMUP = 16, 4
@@ -71,6 +74,25 @@ def whole_chains(proposer):
     if getattr(whole, "can_cut", False):
         whole.confidence_cut = False
     return whole
+
+
+def chains_beside_plain(target, folders: dict, length: int, max_new_tokens: int) -> dict:
+    """Decode methods: our plain loop ("plain") and, per name -> drafter folder, chains of `length` at T=0, with the
+    target's and each drafter's few-row layers set as `draftsmith eval` sets them."""
+    from draftsmith.drafters import DraftShape, Sampling
+    from draftsmith.eval import small_batch
+    from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate
+    from draftsmith.eval.runner import load_drafter
+
+    greedy, eos = Sampling(), eos_ids(target)
+    rows = small_batch.tune_and_install(target.model)["rows"]
+    methods = {"plain": lambda ids: plain_generate(target, ids, greedy, max_new_tokens, eos)}
+    for name, folder in folders.items():
+        proposer = load_drafter(str(folder), target)
+        small_batch.install_on_proposer(proposer, target, rows)
+        methods[name] = (lambda ids, p=proposer: speculative_generate(
+            target, p, ids, DraftShape(length), greedy, max_new_tokens, eos))
+    return methods
 
 
 def decode_interleaved(methods: dict, prompts) -> dict[str, list]:

@@ -19,12 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import decode_interleaved, method_rows, read_log  # noqa: E402
-from draftsmith.drafters import DraftShape, Sampling  # noqa: E402
-from draftsmith.eval import small_batch  # noqa: E402
-from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate  # noqa: E402
+from common import chains_beside_plain, decode_interleaved, method_rows, read_log  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402
-from draftsmith.eval.runner import load_drafter  # noqa: E402
 from draftsmith.target import load_target  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -40,17 +36,10 @@ if len(folders) < 2:
     parser.error(f"{run} holds {len(folders)} checkpoint(s); ranking needs at least 2 (raise train.keep_checkpoints)")
 held_out = {r["step"]: r for r in read_log(run) if r.get("split") == "eval"}
 
-GREEDY = Sampling()
 target = load_target(args.target)
 prompts = load_prompts("humaneval", target, args.num_prompts)
-eos = eos_ids(target)
-rows = small_batch.tune_and_install(target.model)["rows"]  # as draftsmith eval does
-methods = {"plain": lambda ids: plain_generate(target, ids, GREEDY, args.max_new_tokens, eos)}
-for folder in folders:
-    proposer = load_drafter(str(folder), target)
-    small_batch.install_on_proposer(proposer, target, rows)
-    methods[folder.parent.name] = (lambda ids, p=proposer: speculative_generate(
-        target, p, ids, DraftShape(args.length), GREEDY, args.max_new_tokens, eos))
+methods = chains_beside_plain(target, {folder.parent.name: folder for folder in folders}, args.length,
+                              args.max_new_tokens)
 results = method_rows(decode_interleaved(methods, prompts), "plain", "plain")
 
 names = [f.parent.name for f in folders]

@@ -11,7 +11,9 @@ One batch of 4 prepared samples (the recipe's batch_size) whose lengths are near
 - the optimizer step (AdamW, the drafter's parameters).
 Prints the parts in milliseconds and as shares of the step, and the step's tokens/s over the target's
 forward-only tokens/s (the figure issue 16 asks to raise to 0.8), online and offline (the step without the
-target's forward, as when the features come from captured shards).
+target's forward, as when the features come from captured shards). Offline, the soft labels are also priced
+from the target's top --topk logits stored at capture (data.topk_logits): their first index as the argmax
+beside the head's draft rows (labels=head), and alone (labels=topk).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from draftsmith.data.capture import TokenDataset, capture_batch, collate  # noqa
 from draftsmith.data.prepared import load_prepared  # noqa: E402
 from draftsmith.data.vocab import load_draft_vocab  # noqa: E402
 from draftsmith.drafters import eagle, predicting_positions  # noqa: E402
-from draftsmith.target import load_target  # noqa: E402
+from draftsmith.target import flush_denormals, load_target  # noqa: E402
 from draftsmith.train.data import truncate  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -39,6 +41,7 @@ parser.add_argument("--repeats", type=int, default=5, help="runs of each part; t
 parser.add_argument("--batch-size", type=int, default=4, help="samples per batch (the recipe's data.batch_size)")
 parser.add_argument("--target", default="smollm2-135m-instruct", help="target name, hub id, folder or .gguf")
 parser.add_argument("--ttt-steps", type=int, default=7, help="TTT steps of the timed backward and step (default 7)")
+parser.add_argument("--topk", type=int, default=8, help="stored top-k logits the offline label variants read (default 8)")
 args = parser.parse_args()
 
 
@@ -51,6 +54,7 @@ def median_ms(work, repeats: int = args.repeats) -> float:
     return statistics.median(times)
 
 
+flush_denormals()  # as the CLI does, before torch's threads start
 torch.manual_seed(0)
 target = load_target(args.target)
 target.model.requires_grad_(False)
@@ -68,11 +72,19 @@ optimizer = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_gra
 with torch.no_grad():
     forward_only = median_ms(lambda: target.forward(batch["input_ids"], attention_mask=batch["attention_mask"],
                                                     logits=False))
+    with_logits = median_ms(lambda: target.forward(batch["input_ids"], attention_mask=batch["attention_mask"]))
     capture = median_ms(lambda: capture_batch(target, batch, layers))
     captured = capture_batch(target, batch, layers)
     last = captured["features"][target.num_layers - 1]
     learned = predicting_positions(captured["loss_mask"].bool())
     labels = median_ms(lambda: drafter._training_targets(last[learned].float(), target.head))
+    capture_topk = median_ms(lambda: capture_batch(target, batch, layers, topk_logits=args.topk))
+    stored = {key: value[learned] for key, value in
+              capture_batch(target, batch, layers, topk_logits=args.topk)["target_topk"].items()}
+    stored_argmax = median_ms(lambda: drafter._training_targets(last[learned].float(), target.head, stored))
+    drafter.config.labels = "topk"
+    stored_topk = median_ms(lambda: drafter._training_targets(last[learned].float(), target.head, stored))
+    drafter.config.labels = "head"
 forwards = {}
 for steps in range(1, max(7, args.ttt_steps) + 1):
     drafter.config.ttt_steps = steps
@@ -107,7 +119,14 @@ for name, ms in parts.items():
 print(f"{'one training step':<44} {step:9.1f} ms")
 print("drafter forward + loss by TTT steps: " + ", ".join(f"{s}: {ms:.0f} ms" for s, ms in forwards.items()))
 print(f"online training {tokens / step * 1000:.0f} tokens/s against the target's forward-only "
-      f"{tokens / forward_only * 1000:.0f} tokens/s: {forward_only / step:.2f}x")
+      f"{tokens / forward_only * 1000:.0f} tokens/s: {forward_only / step:.2f}x (against a forward that also computes "
+      f"the logits at every position, {with_logits:.0f} ms: {with_logits / step:.2f}x)")
 offline = step - capture  # features read from captured shards: no target forward in the step
 print(f"offline (features from shards) {tokens / offline * 1000:.0f} tokens/s: {forward_only / offline:.2f}x the target's "
       f"forward, {step / offline:.2f}x online")
+print(f"capturing the batch with its top-{args.topk} logits too: {capture_topk:.0f} ms (without: {capture:.0f} ms), once per "
+      "capture, not per step")
+for name, ms in ((f"the argmax from a stored top-{args.topk}", stored_argmax), (f"labels=topk, top-{args.topk}", stored_topk)):
+    variant = offline - labels + ms
+    print(f"offline, soft labels with {name}: labels {ms:.1f} ms (head: {labels:.1f}), step {variant:.0f} ms, "
+          f"{forward_only / variant:.2f}x the target's forward")
