@@ -37,6 +37,12 @@ def read_log(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
+def kept_as_best(run: Path) -> dict:
+    """The held-out figures of the step a run's best/ was kept from (its best.json); {} when it has none."""
+    record = Path(run) / "best.json"
+    return json.loads(record.read_text()) if record.is_file() else {}
+
+
 def train_tokens_per_s(folder: Path, skip: int = 2) -> float:
     """Real (non-padding) training tokens per second over a run's logged steps, after `skip` warm-up steps."""
     log = [r for r in read_log(folder) if r.get("split") == "train"][skip:]

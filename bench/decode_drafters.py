@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import chains_beside_plain, decode_interleaved, method_rows  # noqa: E402
+from common import chains_beside_plain, decode_interleaved, kept_as_best, method_rows  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402
 from draftsmith.target import load_target  # noqa: E402
 
@@ -36,21 +36,15 @@ for spec in args.drafters:
     if not folder or not Path(folder).is_dir():
         parser.error(f"'{spec}' is not NAME=FOLDER with an existing folder")
     folders[name] = Path(folder)
-
-
-def held_out_of(folder: Path) -> dict:
-    """The held-out figures of the step best/ was kept from, when `folder` is a run's best/ (from its best.json)."""
-    record = folder.parent / "best.json"
-    return json.loads(record.read_text()) if folder.name == "best" and record.is_file() else {}
-
+held_out = {name: kept_as_best(folder.parent) if folder.name == "best" else {} for name, folder in folders.items()}
 
 target = load_target(args.target)
 prompts = load_prompts("humaneval", target, args.num_prompts)
 results = method_rows(decode_interleaved(chains_beside_plain(target, folders, args.length, args.max_new_tokens), prompts),
                       "plain", "plain")
 print(f"{'drafter':<14} {'acc_0':>6} {'acc_1':>6} {'decoded τ':>9} {'tok/s':>7} {'vs plain':>9} {'draft frac':>10} identical")
-for name, folder in folders.items():
-    logged, row = held_out_of(folder), results[name]
+for name in folders:
+    logged, row = held_out[name], results[name]
     print(f"{name:<14} {logged.get('acc_0', float('nan')):6.3f} {logged.get('acc_1', float('nan')):6.3f} "
           f"{row['acceptance_length']:9.3f} {row['tokens_per_s']:7.2f} {row['speedup_vs_plain']:8.2f}x "
           f"{row['draft_time_fraction']:10.3f} {row['identical_to_plain']:>4}/{len(prompts)}")
@@ -58,5 +52,4 @@ print(f"plain {results['plain']['tokens_per_s']:.2f} tok/s; chains of {args.leng
       f"{args.max_new_tokens} new tokens")
 if args.out:
     Path(args.out).write_text(json.dumps({"length": args.length, "prompts": len(prompts), "results": results,
-                                          "held_out": {name: held_out_of(f) for name, f in folders.items()}},
-                                         indent=2, default=str))
+                                          "held_out": held_out}, indent=2, default=str))

@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import PROBE_STEPS, PROBE_WARMUP, decode_interleaved, read_log, steps_for, train  # noqa: E402
+from common import PROBE_STEPS, PROBE_WARMUP, decode_interleaved, kept_as_best, steps_for, train  # noqa: E402
 from common import forward_tokens_per_s as measure_forward, train_tokens_per_s as train_tokens_per_s_of  # noqa: E402
 from draftsmith.config import load  # noqa: E402
 from draftsmith.data.prepared import load_token_counts  # noqa: E402
@@ -85,13 +85,6 @@ def train_config(name: str, *overrides: str) -> TrainConfig:
     return load(TrainConfig, RECIPE, [f"output_dir={out / name}", *SHARED, *overrides])
 
 
-def held_out_at_best(run: Path) -> dict:
-    """The held-out figures logged at the step best/ was kept from (the implied τ's best)."""
-    evals = [r for r in read_log(run) if r.get("split") == "eval"]
-    best = max(evals, key=lambda r: r.get("implied_acceptance_length", 0.0))
-    return {key: best.get(key) for key in ("step", "acc_0", "acc_1", "implied_acceptance_length")}
-
-
 # ----------------------------------------------------------------------------- data and probe
 def probe_and_train():
     """Prepare, probe the seconds per step, train one drafter per vocab size; (target, training figures, drafters)."""
@@ -138,7 +131,7 @@ def probe_and_train():
         train(train_config(f"eagle3-v{size}", f"train.max_steps={steps}", f"data.draft_vocab={vocab_dir}",
                            f"train.eval_every={every}", f"train.checkpoint_every={every}"), target)
         drafters[size] = {"folder": out / f"eagle3-v{size}" / "best", "train_minutes": (time.perf_counter() - began) / 60,
-                          "held_out": held_out_at_best(out / f"eagle3-v{size}")}
+                          "held_out": kept_as_best(out / f"eagle3-v{size}")}
     training = {"prepare_minutes": prepare_minutes, "capture_minutes": capture_minutes,
                 "training_minutes_budget": args.minutes, "steps": steps,
                 "seconds_per_step": mean_step_tokens / train_tokens_per_s, "online": base.data.online,
