@@ -75,6 +75,16 @@ def read_log(output_dir: Path, split: str = "train") -> list[dict]:
     return [r for r in map(json.loads, lines) if r["split"] == split]
 
 
+def assert_setup_refuses(recipe: Path, overrides: list[str], match: str) -> None:
+    """The recipe with `overrides` is refused before training starts (from a fresh Accelerate state)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    with pytest.raises(DraftsmithError, match=match):
+        TrainRecipe(load(TrainConfig, recipe, overrides)).setup()
+
+
 # --------------------------------------------------------------------------- in-process fixtures
 @pytest.fixture(autouse=True)
 def fresh_accelerate_state():
@@ -454,14 +464,8 @@ def test_offline_shards_from_capture_train_and_validate_on_prepared_eval(tmp_pat
     assert (tmp_path / "run" / "best" / "model.safetensors").is_file()
 
     # shards captured for other layers are refused before training starts
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    wrong = load(TrainConfig, write_recipe(tmp_path / "recipe.yaml", config_dict),
-                 ["drafter.layers=[0,2,5]", f"output_dir={tmp_path / 'run2'}"])
-    with pytest.raises(DraftsmithError, match="missing"):
-        TrainRecipe(wrong).setup()
+    assert_setup_refuses(write_recipe(tmp_path / "recipe.yaml", config_dict),
+                         ["drafter.layers=[0,2,5]", f"output_dir={tmp_path / 'run2'}"], "missing")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
@@ -523,15 +527,9 @@ def test_offline_recipe_with_fp8_features_and_top_k_labels(tmp_path):
     assert manifest["dtype"] == "float8_e4m3fn" and manifest["topk_logits"] == 8
     log = read_log(tmp_path / "run")
     assert len(log) == 3 and all(math.isfinite(r["loss"]) and r["loss"] > 0 for r in log)
-    assert read_log(tmp_path / "run", "eval")[-1]["acc_0"] >= 0.0
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    config = load(TrainConfig, write_recipe(tmp_path / "recipe.yaml", config_dict),
-                  ["data.topk_logits=16", f"output_dir={tmp_path / 'refused'}"])
-    with pytest.raises(DraftsmithError, match="fewer than data.topk_logits 16"):
-        TrainRecipe(config).setup()
+    assert 0.0 <= read_log(tmp_path / "run", "eval")[-1]["acc_0"] <= 1.0
+    assert_setup_refuses(write_recipe(tmp_path / "recipe.yaml", config_dict),
+                         ["data.topk_logits=16", f"output_dir={tmp_path / 'refused'}"], "fewer than data.topk_logits 16")
 
 
 def test_fsdp_on_cpu_is_refused_instead_of_silently_running_ddp(monkeypatch):
