@@ -75,12 +75,17 @@ def read_log(output_dir: Path, split: str = "train") -> list[dict]:
     return [r for r in map(json.loads, lines) if r["split"] == split]
 
 
-def assert_setup_refuses(recipe: Path, overrides: list[str], match: str) -> None:
-    """The recipe with `overrides` is refused before training starts (from a fresh Accelerate state)."""
+def reset_accelerate_state() -> None:
+    """Accelerate keeps process-wide singletons; a test that builds a second Accelerator starts them afresh."""
     from accelerate.state import AcceleratorState, GradientState
 
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
+
+
+def assert_setup_refuses(recipe: Path, overrides: list[str], match: str) -> None:
+    """The recipe with `overrides` is refused before training starts (from a fresh Accelerate state)."""
+    reset_accelerate_state()
     with pytest.raises(DraftsmithError, match=match):
         TrainRecipe(load(TrainConfig, recipe, overrides)).setup()
 
@@ -89,13 +94,9 @@ def assert_setup_refuses(recipe: Path, overrides: list[str], match: str) -> None
 @pytest.fixture(autouse=True)
 def fresh_accelerate_state():
     """Accelerate keeps process-wide singletons; each test builds its own Accelerator."""
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
 
 
 def memory_data(target, layers, n_train=24, n_eval=4, length=24, seed=0, poison: int | None = None) -> TrainingData:
@@ -310,10 +311,7 @@ def test_best_is_chosen_by_the_implied_acceptance_length_by_default_and_the_deco
     assert (best["step"], best["selected_by"]) == (4, "implied")
     assert json.loads((out / "checkpoint-6" / STATE_FILE).read_text())["select_by"] == "implied"
     # resumed with the other selector: its first figure starts a new comparison, however low
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     implied, decoded = iter([1.9]), iter([1.01])
     config = load(TrainConfig, tmp_path / "recipe.yaml", ["resume=true", "train.max_steps=8", "eval.select_by=decoded"])
     resumed = TrainRecipe(config, data=memory_data(target, required_layers(config, target)), target=target)
@@ -327,10 +325,7 @@ def test_validation_does_not_change_the_training_trajectory(tmp_path):
     target = tiny_target()
     quiet = make_recipe(tmp_path / "a", target, variant="eagle1", max_steps=5, eval_every=0)
     quiet.train()
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     busy = make_recipe(tmp_path / "b", target, variant="eagle1", max_steps=5, eval_every=1)
     busy.train()
     assert [r["loss"] for r in read_log(tmp_path / "a" / "run")] == [r["loss"] for r in read_log(tmp_path / "b" / "run")]
@@ -340,15 +335,11 @@ def test_fresh_run_refuses_an_output_dir_with_checkpoints_and_resume_refuses_oth
     target = tiny_target()
     recipe = make_recipe(tmp_path, target, max_steps=2, checkpoint_every=2)
     recipe.train()
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     with pytest.raises(DraftsmithError, match="resume=true"):
         make_recipe(tmp_path, target, max_steps=4)
     # resuming needs the same sample stream: other data cannot continue "where it stopped"
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     config = load(TrainConfig, tmp_path / "recipe.yaml", ["resume=true", "train.max_steps=4"])
     other_data = memory_data(target, required_layers(config, target), n_train=20)
     with pytest.raises(DraftsmithError, match="cannot continue"):
@@ -473,8 +464,6 @@ def test_offline_recipe_captures_once_and_trains_as_online_does(tmp_path):
     """data.online=false with data.prepared and an empty data.features: the first run captures the features
     (what `draftsmith capture` writes), and training on them takes the same steps as online capture; features
     captured from other prepared data are refused."""
-    from accelerate.state import AcceleratorState, GradientState
-
     from draftsmith.data.offline import verify_capture
 
     assets = write_assets(tmp_path / "assets")
@@ -489,8 +478,7 @@ def test_offline_recipe_captures_once_and_trains_as_online_does(tmp_path):
         recipe.setup()
         recipe.train()
         recipe.cleanup()
-        AcceleratorState._reset_state(True)
-        GradientState._reset_state()
+        reset_accelerate_state()
         losses[mode] = [r["loss"] for r in read_log(tmp_path / mode)]
     assert verify_capture(features)["num_samples"] == 32  # the whole train split
     assert losses["offline"] == pytest.approx(losses["online"], rel=1e-5)
