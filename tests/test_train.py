@@ -494,6 +494,42 @@ def test_offline_recipe_captures_once_and_trains_as_online_does(tmp_path):
         TrainRecipe(config).setup()
 
 
+def test_online_top_k_is_computed_once_per_sequence_and_trains_as_offline_top_k(tmp_path, monkeypatch):
+    """Online training with data.topk_logits: the target's head runs for a sequence's top-k on its first visit
+    only; later epochs take the kept top-k (rows reshuffled and padded otherwise) and train exactly as offline
+    training on shards captured with the same top-k."""
+    from draftsmith.data import capture as capture_module
+
+    calls = {"all": 0, "topk": 0}
+    original = capture_module.capture_batch
+
+    def counting(target, batch, layers, dtype=torch.bfloat16, topk_logits=0):
+        calls["all"] += 1
+        calls["topk"] += bool(topk_logits)
+        return original(target, batch, layers, dtype, topk_logits)
+
+    assets = write_assets(tmp_path / "assets")
+    losses = {}
+    for mode in ("online", "offline"):
+        config_dict = recipe_dict(assets, "eagle3", max_steps=40, checkpoint_every=0, eval_every=0)
+        config_dict["data"] = {"prepared": assets["prepared"], "batch_size": 2, "max_length": 48, "topk_logits": 4,
+                               **({"online": True} if mode == "online" else {"features": str(tmp_path / "features")})}
+        config_dict["output_dir"] = str(tmp_path / mode)
+        if mode == "online":
+            monkeypatch.setattr(capture_module, "capture_batch", counting)
+        recipe = TrainRecipe(load(TrainConfig, write_recipe(tmp_path / f"{mode}.yaml", config_dict)))
+        recipe.setup()
+        recipe.train()
+        recipe.cleanup()
+        reset_accelerate_state()
+        monkeypatch.setattr(capture_module, "capture_batch", original)
+        losses[mode] = [r["loss"] for r in read_log(tmp_path / mode)]
+    # 32 training sequences in micro-batches of 2: 16 first visits; the held-out check adds at most 2 batches
+    assert calls["all"] >= 40 and calls["topk"] <= 16 + 2
+    assert len(losses["online"]) == 40
+    assert losses["offline"] == pytest.approx(losses["online"], rel=1e-5)
+
+
 def test_offline_recipe_with_fp8_features_and_top_k_labels(tmp_path):
     """data.features_dtype=fp8 and data.topk_logits=K: the first run captures fp8 shards with the target's top-K
     logits, labels=topk trains on them and validates on held-out batches given the same; a recipe that asks
