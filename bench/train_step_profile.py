@@ -98,8 +98,8 @@ with torch.no_grad():
     learned = predicting_positions(captured["loss_mask"].bool())
     labels = median_ms(lambda: drafter._training_targets(last[learned].float(), target.head))
     capture_topk = passes["capture top-k"]
-    stored = {key: value[learned] for key, value in
-              capture_batch(target, batch, layers, topk_logits=args.topk)["target_topk"].items()}
+    with_topk = capture_batch(target, batch, layers, topk_logits=args.topk)  # the top-k as online training keeps it
+    stored = {key: value[learned] for key, value in with_topk["target_topk"].items()}
     stored_argmax = median_ms(lambda: drafter._training_targets(last[learned].float(), target.head, stored))
     drafter.config.labels = "topk"
     stored_topk = median_ms(lambda: drafter._training_targets(last[learned].float(), target.head, stored))
@@ -118,7 +118,6 @@ def forward_backward(batch=captured):
 
 drafter.config.ttt_steps = args.ttt_steps
 with_backward = median_ms(forward_backward)
-with_topk = capture_batch(target, batch, layers, topk_logits=args.topk)  # the top-k as online training keeps it
 with_backward_topk = median_ms(lambda: forward_backward(with_topk))
 optimizer_step = median_ms(lambda: (optimizer.step(), optimizer.zero_grad(set_to_none=False)))
 forward_backward()
