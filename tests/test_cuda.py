@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from draftsmith.cli import main
-from test_train import write_target_and_conversations
+from test_train import reset_accelerate_state, write_target_and_conversations
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -56,10 +56,7 @@ def recipe(root, name: str, drafter: dict) -> str:
 @needs_gpu
 @pytest.mark.parametrize("name", list(KINDS))
 def test_each_kind_trains_on_the_gpu_and_decodes_losslessly_there(assets, name):
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     assert main(["train", recipe(assets, name, KINDS[name])]) == 0
     log = [json.loads(line) for line in (assets / name / "metrics.jsonl").read_text().splitlines()]
     assert any(r["split"] == "eval" for r in log)

@@ -437,15 +437,12 @@ def test_a_draft_vocabulary_exports_as_vllms_truncated_vocab_and_token_map(tiny_
 
 
 def test_the_trainer_gives_medusa2_heads_their_own_learning_rate(tiny_qwen3, tmp_path):
-    from accelerate.state import AcceleratorState, GradientState
-
     from draftsmith.config import load
     from draftsmith.train.config import TrainConfig
     from draftsmith.train.recipe import TrainRecipe
-    from test_train import memory_data, recipe_dict, write_recipe
+    from test_train import memory_data, recipe_dict, reset_accelerate_state, write_recipe
 
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     target = frozen(tiny_qwen3)
     config_dict = recipe_dict({"target": "unused", "prepared": None}, max_steps=1, warmup_steps=0, lr=1e-3)
     config_dict.update(drafter={"kind": "medusa", "num_heads": 2, "lora_rank": 2, "head_lr_scale": 5.0},
@@ -459,8 +456,7 @@ def test_the_trainer_gives_medusa2_heads_their_own_learning_rate(tiny_qwen3, tmp
         if parameter.requires_grad:
             assert group_of[id(parameter)]["lr"] == pytest.approx(1e-3 * (1.0 if name.startswith("tuned.") else 5.0)), name
     recipe.cleanup()
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
 
 
 # --------------------------------------------------------------------------- the confidence cut

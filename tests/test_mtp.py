@@ -190,15 +190,12 @@ def test_bad_options_name_the_key(tiny_qwen3):
 
 def test_the_trainer_trains_mtp_and_validates_it_by_decoding(tmp_path):
     """The kind on the real training recipe: per-step accuracies logged, a decoded τ, a loadable best/."""
-    from accelerate.state import AcceleratorState, GradientState
-
     from draftsmith.config import load
     from draftsmith.train.config import TrainConfig
     from draftsmith.train.recipe import TrainRecipe
-    from test_train import memory_data, read_log, recipe_dict, write_recipe
+    from test_train import memory_data, read_log, recipe_dict, reset_accelerate_state, write_recipe
 
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     target = tiny_target("qwen3")
     config_dict = recipe_dict({"target": "unused", "prepared": None}, max_steps=4, eval_every=4, checkpoint_every=4)
     config_dict.update(drafter={"kind": "mtp", "num_modules": 2}, output_dir=str(tmp_path / "run"),
@@ -208,8 +205,7 @@ def test_the_trainer_trains_mtp_and_validates_it_by_decoding(tmp_path):
     recipe.setup()
     recipe.train()
     recipe.cleanup()
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     assert {"acc_0", "acc_1", "loss_0", "loss_1"} <= set(read_log(tmp_path / "run")[0])
     assert read_log(tmp_path / "run", "eval")[-1]["acceptance_length"] >= 1.0
     assert kind_module("mtp").load_proposer(tmp_path / "run" / "best", target).describe()["kind"] == "mtp"
