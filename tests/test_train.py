@@ -530,6 +530,46 @@ def test_online_top_k_is_computed_once_per_sequence_and_trains_as_offline_top_k(
     assert losses["offline"] == pytest.approx(losses["online"], rel=1e-5)
 
 
+def test_checkpoints_keep_the_online_top_k_so_a_resumed_run_needs_no_head_for_sequences_seen(tmp_path, monkeypatch):
+    """Each checkpoint saves the online top-k memory; a run resumed from step 24 of 40 (the second epoch) takes
+    every training sequence's top-k from it, and its losses are the uninterrupted run's bit for bit."""
+    import shutil
+
+    from draftsmith.data import capture as capture_module
+
+    assets = write_assets(tmp_path / "assets")
+    config_dict = recipe_dict(assets, "eagle3", max_steps=40, checkpoint_every=8, eval_every=0, keep_checkpoints=10)
+    config_dict["data"] = {"prepared": assets["prepared"], "batch_size": 2, "max_length": 48, "topk_logits": 4,
+                           "online": True}
+    config_dict["output_dir"] = str(tmp_path / "straight")
+    recipe_file = write_recipe(tmp_path / "recipe.yaml", config_dict)
+    recipe = TrainRecipe(load(TrainConfig, recipe_file))
+    recipe.setup()
+    recipe.train()
+    recipe.cleanup()
+    reset_accelerate_state()
+    assert (tmp_path / "straight" / "checkpoint-24" / "topk_memory_0.safetensors").is_file()
+
+    resumed = tmp_path / "resumed"  # the run as if stopped after checkpoint-24
+    shutil.copytree(tmp_path / "straight", resumed)
+    for folder in resumed.glob("checkpoint-*"):
+        if int(folder.name.split("-")[1]) > 24:
+            shutil.rmtree(folder)
+    (resumed / "latest").write_text("checkpoint-24\n")
+    kept = [line for line in (resumed / "metrics.jsonl").read_text().splitlines() if json.loads(line)["step"] <= 24]
+    (resumed / "metrics.jsonl").write_text("\n".join(kept) + "\n")
+    heads, original = [], capture_module.capture_batch
+    monkeypatch.setattr(capture_module, "capture_batch", lambda target, batch, layers, dtype=torch.bfloat16,
+                        topk_logits=0: heads.append(topk_logits) or original(target, batch, layers, dtype, topk_logits))
+    recipe = TrainRecipe(load(TrainConfig, recipe_file, [f"output_dir={resumed}", "resume=true"]))
+    recipe.setup()
+    recipe.train()
+    recipe.cleanup()
+    reset_accelerate_state()
+    assert len(heads) >= 16 and sum(map(bool, heads)) <= 2  # the held-out batches of the last validation only
+    assert [r["loss"] for r in read_log(resumed)] == [r["loss"] for r in read_log(tmp_path / "straight")]
+
+
 def test_offline_recipe_with_fp8_features_and_top_k_labels(tmp_path):
     """data.features_dtype=fp8 and data.topk_logits=K: the first run captures fp8 shards with the target's top-K
     logits, labels=topk trains on them and validates on held-out batches given the same; a recipe that asks

@@ -45,8 +45,10 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return folder
 
 
-def save_checkpoint(accelerator, output_dir: Path, step: int, trainer_state: dict, export_drafter, keep: int) -> Path:
-    """Collective: every process writes its part into a staging folder; the main one publishes it."""
+def save_checkpoint(accelerator, output_dir: Path, step: int, trainer_state: dict, export_drafter, keep: int,
+                    per_process=None) -> Path:
+    """Collective: every process writes its part into a staging folder (`per_process(staging)` too, when given:
+    state of its own that accelerate does not save); the main one publishes it."""
     final = output_dir / checkpoint_name(step)
     staging = output_dir / f".{final.name}.tmp"
     if accelerator.is_main_process:
@@ -54,6 +56,8 @@ def save_checkpoint(accelerator, output_dir: Path, step: int, trainer_state: dic
         staging.mkdir(parents=True)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(staging))  # model, optimizer, scheduler, RNG states of all processes
+    if per_process is not None:
+        per_process(staging)
     export_drafter(staging / DRAFTER_FOLDER)
     if accelerator.is_main_process:
         (staging / STATE_FILE).write_text(json.dumps(trainer_state, indent=2))

@@ -45,8 +45,8 @@ class DataSection:
     """also give each token the target's top-K logits (captured with the features offline, computed per batch
     online and for validation). EAGLE takes the target's argmax from them, sparing a pass over the whole
     vocabulary each step, and with drafter.labels=topk learns from them alone. Online, a sequence's top-k is
-    computed on its first visit and kept in memory (48 bytes per token at K = 8), so later epochs skip the head;
-    checkpoints do not hold them, so a resumed run recomputes them (equal up to bf16 rounding). 0 = off"""
+    computed on its first visit and kept in memory (48 bytes per token at K = 8, saved with each checkpoint), so
+    later epochs skip the head. 0 = off"""
     draft_vocab: str | None = None
     """folder holding the draft vocabulary (d2t/t2d) for drafters with a reduced head; null = full"""
     batch_size: int = 4

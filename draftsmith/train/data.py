@@ -34,6 +34,7 @@ class TrainingData:
     collate: Callable[[list[dict]], Batch]  # items -> padded batch with attention_mask
     add_features: Callable[[Batch], Batch]  # online capture (target forward) or identity for shards
     prompts: list[list[int]]  # held-out prompts for the validation decode
+    topk_memory: TopkMemory | None = None  # online top-k kept across epochs; checkpoints save it per process
 
 
 class SampleOrder:
@@ -102,9 +103,9 @@ class TopkMemory:
     whole vocabulary at every position (on SmolLM2-135M, a fifth of the model). A sequence's top-k depends
     only on its tokens (right padding, causal attention), so it is kept by the tokens' bytes and every later
     epoch skips the head. Memory: 6 bytes per token and logit on the CPU (bf16 values, int32 indices),
-    21 MB for the 446k tokens of 2048 conversations at K = 8. Checkpoints do not hold it: a resumed run
-    recomputes a sequence's top-k in the batch it meets it in, and another batch can change a kept value by one
-    bf16 step (SmolLM2-135M: 1 of 6 sequences checked), so such a resume is exact up to that rounding."""
+    21 MB for the 446k tokens of 2048 conversations at K = 8. Every checkpoint saves each process's memory:
+    recomputed after a resume in other batches, a kept value could differ by one bf16 step (SmolLM2-135M: 1 of
+    6 sequences checked) and the resumed run would no longer be the uninterrupted one bit for bit."""
 
     def __init__(self):
         self.by_tokens: dict[bytes, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -118,6 +119,32 @@ class TopkMemory:
         values, indices = topk["values"].cpu(), topk["indices"].cpu()
         for row, (key, n) in enumerate(zip(self._keys(batch), batch["attention_mask"].sum(1).tolist())):
             self.by_tokens[key] = (values[row, :n].clone(), indices[row, :n].clone())
+
+    def save(self, path: Path) -> None:
+        """Write every kept sequence (its tokens, top-k values and indices) to a safetensors file."""
+        from safetensors.torch import save_file
+
+        keys = list(self.by_tokens)
+        tokens = [torch.frombuffer(bytearray(key), dtype=torch.long) for key in keys]
+        rows = [self.by_tokens[key] for key in keys]
+        if not rows:
+            save_file({"lengths": torch.zeros(0, dtype=torch.long)}, str(path))
+            return
+        save_file({"lengths": torch.tensor([len(t) for t in tokens]), "tokens": torch.cat(tokens),
+                   "values": torch.cat([v for v, _ in rows]), "indices": torch.cat([i for _, i in rows])}, str(path))
+
+    def load(self, path: Path) -> None:
+        """Replace the memory by what `save` wrote."""
+        from safetensors.torch import load_file
+
+        saved = load_file(str(path))
+        self.by_tokens = {}
+        start = 0
+        for length in saved["lengths"].tolist():
+            end = start + length
+            key = saved["tokens"][start:end].numpy().tobytes()
+            self.by_tokens[key] = (saved["values"][start:end].clone(), saved["indices"][start:end].clone())
+            start = end
 
     def recall(self, batch: Batch) -> dict[str, torch.Tensor] | None:
         """The batch's top-k as capture_batch gives it (zeros on padding), or None unless every row was seen."""
@@ -202,5 +229,5 @@ def build_training_data(config, target, layers: list[int], num_prompts: int) -> 
     prompts = [prompt_of(held_out[i]) for i in range(min(num_prompts, len(held_out)))]
     return TrainingData(
         train=train, eval=held_out, collate=lambda items: collate(items, pad_id=pad_id),
-        add_features=add_features, prompts=prompts,
+        add_features=add_features, prompts=prompts, topk_memory=remembered,
     )

@@ -187,6 +187,8 @@ class TrainRecipe:
                 f"{layout}. Resume with the same batch_size and global batch, or start a new output_dir."
             )
         self.step = state["step"]
+        if self.data.topk_memory is not None and self._topk_memory_file(folder).is_file():
+            self.data.topk_memory.load(self._topk_memory_file(folder))
         saved, current = state["data"], self._data_position()
         if (saved["num_samples"], saved["seed"]) != (current["num_samples"], current["seed"]):
             raise DraftsmithError(
@@ -411,7 +413,14 @@ class TrainRecipe:
                  "layout": self.layout(), "kind": self.kind, "data": self._data_position()}
         with checkpoint.preserved_rng():
             return checkpoint.save_checkpoint(self.accelerator, self.output_dir, self.step, state,
-                                              self._export_drafter, self.config.train.keep_checkpoints)
+                                              self._export_drafter, self.config.train.keep_checkpoints,
+                                              self._save_topk_memory if self.data.topk_memory is not None else None)
+
+    def _topk_memory_file(self, folder: Path) -> Path:
+        return folder / f"topk_memory_{self.accelerator.process_index}.safetensors"
+
+    def _save_topk_memory(self, folder: Path) -> None:
+        self.data.topk_memory.save(self._topk_memory_file(folder))
 
     def _export_drafter(self, folder: Path) -> None:
         """Collective: write a drafter folder (save_pretrained) from full, unsharded weights."""
