@@ -111,13 +111,14 @@ class TopkMemory:
         self.by_tokens: dict[bytes, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @staticmethod
-    def _keys(batch: Batch) -> list[bytes]:
+    def _sequences(batch: Batch) -> list[tuple[bytes, int]]:
+        """(key, length) of every row: the bytes of its real tokens, and how many there are."""
         ids, lengths = batch["input_ids"].cpu(), batch["attention_mask"].sum(1).tolist()
-        return [ids[row, :n].numpy().tobytes() for row, n in enumerate(lengths)]
+        return [(ids[row, :n].numpy().tobytes(), n) for row, n in enumerate(lengths)]
 
     def keep(self, batch: Batch, topk: dict[str, torch.Tensor]) -> None:
         values, indices = topk["values"].cpu(), topk["indices"].cpu()
-        for row, (key, n) in enumerate(zip(self._keys(batch), batch["attention_mask"].sum(1).tolist())):
+        for row, (key, n) in enumerate(self._sequences(batch)):
             self.by_tokens[key] = (values[row, :n].clone(), indices[row, :n].clone())
 
     def save(self, path: Path) -> None:
@@ -148,7 +149,7 @@ class TopkMemory:
 
     def recall(self, batch: Batch) -> dict[str, torch.Tensor] | None:
         """The batch's top-k as capture_batch gives it (zeros on padding), or None unless every row was seen."""
-        rows = [self.by_tokens.get(key) for key in self._keys(batch)]
+        rows = [self.by_tokens.get(key) for key, _ in self._sequences(batch)]
         if any(row is None for row in rows):
             return None
         width, device = batch["input_ids"].shape[1], batch["input_ids"].device
