@@ -494,38 +494,42 @@ def test_offline_recipe_captures_once_and_trains_as_online_does(tmp_path):
         TrainRecipe(config).setup()
 
 
+def record_top_k_asked(monkeypatch) -> list[int]:
+    """The topk_logits of every online capture from now on (0: the batch's top-k was not computed)."""
+    from draftsmith.data import capture as capture_module
+
+    asked, original = [], capture_module.capture_batch
+
+    def recording(target, batch, layers, dtype=torch.bfloat16, topk_logits=0):
+        asked.append(topk_logits)
+        return original(target, batch, layers, dtype, topk_logits)
+
+    monkeypatch.setattr(capture_module, "capture_batch", recording)
+    return asked
+
+
 def test_online_top_k_is_computed_once_per_sequence_and_trains_as_offline_top_k(tmp_path, monkeypatch):
     """Online training with data.topk_logits: the target's head runs for a sequence's top-k on its first visit
     only; later epochs take the kept top-k (rows reshuffled and padded otherwise) and train exactly as offline
     training on shards captured with the same top-k."""
-    from draftsmith.data import capture as capture_module
-
-    calls = {"all": 0, "topk": 0}
-    original = capture_module.capture_batch
-
-    def counting(target, batch, layers, dtype=torch.bfloat16, topk_logits=0):
-        calls["all"] += 1
-        calls["topk"] += bool(topk_logits)
-        return original(target, batch, layers, dtype, topk_logits)
-
     assets = write_assets(tmp_path / "assets")
-    losses = {}
+    losses, asked = {}, []
     for mode in ("online", "offline"):
         config_dict = recipe_dict(assets, "eagle3", max_steps=40, checkpoint_every=0, eval_every=0)
         config_dict["data"] = {"prepared": assets["prepared"], "batch_size": 2, "max_length": 48, "topk_logits": 4,
                                **({"online": True} if mode == "online" else {"features": str(tmp_path / "features")})}
         config_dict["output_dir"] = str(tmp_path / mode)
         if mode == "online":
-            monkeypatch.setattr(capture_module, "capture_batch", counting)
+            asked = record_top_k_asked(monkeypatch)
         recipe = TrainRecipe(load(TrainConfig, write_recipe(tmp_path / f"{mode}.yaml", config_dict)))
         recipe.setup()
         recipe.train()
         recipe.cleanup()
         reset_accelerate_state()
-        monkeypatch.setattr(capture_module, "capture_batch", original)
+        monkeypatch.undo()
         losses[mode] = [r["loss"] for r in read_log(tmp_path / mode)]
     # 32 training sequences in micro-batches of 2: 16 first visits; the held-out check adds at most 2 batches
-    assert calls["all"] >= 40 and calls["topk"] <= 16 + 2
+    assert len(asked) >= 40 and sum(map(bool, asked)) <= 16 + 2
     assert len(losses["online"]) == 40
     assert losses["offline"] == pytest.approx(losses["online"], rel=1e-5)
 
@@ -534,8 +538,6 @@ def test_checkpoints_keep_the_online_top_k_so_a_resumed_run_needs_no_head_for_se
     """Each checkpoint saves the online top-k memory; a run resumed from step 24 of 40 (the second epoch) takes
     every training sequence's top-k from it, and its losses are the uninterrupted run's bit for bit."""
     import shutil
-
-    from draftsmith.data import capture as capture_module
 
     assets = write_assets(tmp_path / "assets")
     config_dict = recipe_dict(assets, "eagle3", max_steps=40, checkpoint_every=8, eval_every=0, keep_checkpoints=10)
@@ -558,15 +560,13 @@ def test_checkpoints_keep_the_online_top_k_so_a_resumed_run_needs_no_head_for_se
     (resumed / "latest").write_text("checkpoint-24\n")
     kept = [line for line in (resumed / "metrics.jsonl").read_text().splitlines() if json.loads(line)["step"] <= 24]
     (resumed / "metrics.jsonl").write_text("\n".join(kept) + "\n")
-    heads, original = [], capture_module.capture_batch
-    monkeypatch.setattr(capture_module, "capture_batch", lambda target, batch, layers, dtype=torch.bfloat16,
-                        topk_logits=0: heads.append(topk_logits) or original(target, batch, layers, dtype, topk_logits))
+    asked = record_top_k_asked(monkeypatch)
     recipe = TrainRecipe(load(TrainConfig, recipe_file, [f"output_dir={resumed}", "resume=true"]))
     recipe.setup()
     recipe.train()
     recipe.cleanup()
     reset_accelerate_state()
-    assert len(heads) >= 16 and sum(map(bool, heads)) <= 2  # the held-out batches of the last validation only
+    assert len(asked) >= 16 and sum(map(bool, asked)) <= 2  # the held-out batches of the last validation only
     assert [r["loss"] for r in read_log(resumed)] == [r["loss"] for r in read_log(tmp_path / "straight")]
 
 
