@@ -51,12 +51,7 @@ args = parser.parse_args()
 
 
 def median_ms(work, repeats: int = args.repeats) -> float:
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        work()
-        times.append(1000 * (time.perf_counter() - began))
-    return statistics.median(times)
+    return interleaved_medians_ms({"work": work}, repeats)["work"]
 
 
 def interleaved_medians_ms(works: dict, repeats: int = args.repeats) -> dict:
