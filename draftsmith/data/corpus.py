@@ -17,6 +17,9 @@ The file is cached as $DRAFTSMITH_CACHE/corpus/stdlib-py<version>-v1.jsonl.
 a HumanEval prompt: the user message is the `def` line and docstring, the answer the source. It is
 meant for regeneration (prepare.regenerate): prompts like a code benchmark's, answers in the
 target's own words.
+
+`builtin:exercises` (data/exercises.py) holds 1024 small typed exercises with worked examples, the
+prompt shape of a code benchmark, also for regeneration. Cached as $DRAFTSMITH_CACHE/corpus/exercises-v1.jsonl.
 """
 
 from __future__ import annotations
@@ -40,12 +43,20 @@ KINDS = ("implement", "explain", "read", "two-turn")
 
 
 def builtin_corpus_path(name: str) -> Path:
-    """Path of a built-in corpus file, written on first use (`builtin:stdlib`, `builtin:stdlib-complete`)."""
-    if name not in ("stdlib", "stdlib-complete"):
-        raise DraftsmithError(f"Unknown built-in corpus 'builtin:{name}'. "
-                              "The built-in corpora are builtin:stdlib and builtin:stdlib-complete.")
+    """Path of a built-in corpus file, written on first use (`builtin:stdlib`, `builtin:stdlib-complete`,
+    `builtin:exercises`: typed exercises in a code benchmark's prompt shape, data/exercises.py)."""
     from draftsmith.target import cache_dir
 
+    if name == "exercises":
+        from draftsmith.data import exercises
+
+        path = cache_dir() / "corpus" / f"exercises-{exercises.VERSION}.jsonl"
+        if not path.is_file():
+            write_rows(path, exercises.exercise_conversations())
+        return path
+    if name not in ("stdlib", "stdlib-complete"):
+        raise DraftsmithError(f"Unknown built-in corpus 'builtin:{name}'. "
+                              "The built-in corpora are builtin:stdlib, builtin:stdlib-complete and builtin:exercises.")
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     path = cache_dir() / "corpus" / f"{name}-py{version}-{VERSION}.jsonl"
     if not path.is_file():
@@ -56,11 +67,16 @@ def builtin_corpus_path(name: str) -> Path:
 def write_stdlib_corpus(path: Path, max_conversations: int = 4000, max_chars: int = 3_000_000,
                         complete: bool = False) -> int:
     """Write the corpus (`complete`: the stub-completion one) as jsonl, atomically; returns the number of rows."""
+    return write_rows(path, stdlib_conversations(max_conversations, max_chars, complete))
+
+
+def write_rows(path: Path, rows) -> int:
+    """Write conversation rows as jsonl, atomically; returns the number of rows."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     count = 0
     with open(tmp, "w", encoding="utf-8") as handle:
-        for row in stdlib_conversations(max_conversations, max_chars, complete):
+        for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
         handle.flush()

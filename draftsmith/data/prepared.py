@@ -33,7 +33,8 @@ class PrepareConfig:
     """target model (hub id, folder, .gguf, or built-in alias) whose chat template and tokenizer to use"""
     input: list[str] = field(default_factory=lambda: ["builtin:stdlib"])
     """input files (.jsonl/.json/.parquet), saved `datasets` folders, hub dataset names, builtin:stdlib or
-    builtin:stdlib-complete (the same functions as HumanEval-style stubs, for regeneration)"""
+    builtin:stdlib-complete (the same functions as HumanEval-style stubs, for regeneration) or builtin:exercises
+    (typed exercises with worked examples, in a code benchmark's prompt shape; for regeneration)"""
     out: str = "runs/data"
     """output folder"""
     max_length: int = 2048
