@@ -68,7 +68,7 @@ parser.add_argument("--lookup-length", type=int, default=10, help="k of both pro
 parser.add_argument("--out", default="runs/bench-eagle3", help="where runs and bench.json go")
 parser.add_argument("--reuse", action="store_true",
                     help="skip the probe and training: decode with the drafters a previous run of this bench left in --out "
-                         "(its training figures are carried over from that run's bench.json)")
+                         "(its training figures are carried over from that run's bench.json, written as soon as its training ended)")
 parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE",
                     help="extra overrides of the recipe for every drafter, e.g. drafter.ttt_steps=5")
 args = parser.parse_args()
@@ -140,6 +140,12 @@ def probe_and_train():
     return target, training, drafters
 
 
+def drafters_summary(drafters: dict) -> dict:
+    """bench.json's "drafters": what --reuse reads back."""
+    return {str(k): {"folder": str(v["folder"]), "train_minutes": v["train_minutes"], "held_out": v["held_out"]}
+            for k, v in drafters.items()}
+
+
 if args.reuse:
     previous = json.loads((out / "bench.json").read_text())
     training = {key: previous.get(key) for key in ("prepare_minutes", "capture_minutes", "training_minutes_budget",
@@ -151,6 +157,9 @@ if args.reuse:
     target = TrainRecipe(recipe).load_target()
 else:
     target, training, drafters = probe_and_train()
+    # the training half now: a decode stopped part-way can be redone with --reuse (the end rewrites the file whole)
+    (out / "bench.json").write_text(json.dumps({**training, "drafters": drafters_summary(drafters)}, indent=2,
+                                               default=str))
 
 # ----------------------------------------------------------------------------- decode, interleaved
 training_counts = load_token_counts(recipe.data.prepared).double() if args.narrow_to else None
@@ -206,8 +215,7 @@ peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 summary = {
     **training, "reused_drafters": args.reuse,
     "peak_rss_gib": peak_gib, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-    "drafters": {str(k): {"folder": str(v["folder"]), "train_minutes": v["train_minutes"], "held_out": v["held_out"]}
-                 for k, v in drafters.items()},
+    "drafters": drafters_summary(drafters),
     "methods": rows, "environment": environment(target), "small_batch_linear": tuning,
 }
 (out / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
