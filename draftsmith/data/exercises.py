@@ -11,9 +11,11 @@ The exercises come from a fixed list of tasks (filters and folds over integer li
 transforms, string tasks, integer arithmetic), each with several names and parameter names. The
 examples are computed by running the reference implementation on seeded random inputs, so every
 shown result is true. Nothing is taken from any benchmark, and tasks that are the same as a
-HumanEval problem (primes, Fibonacci, gcd, medians, palindromes, vowel removal, ...) are left out, as
-are HumanEval's function names: HumanEval is what the drafters are measured on. The same version always writes the same
-file, in a fixed seeded order.
+HumanEval problem (primes, Fibonacci, gcd, medians, palindromes, vowel removal, ...) are left out,
+as are HumanEval's function names: HumanEval is what the drafters are measured on. A few tasks
+cover part of one (spaces to underscores is half of `fix_spaces`, `all_less_than_k` is
+`below_threshold` at a fixed threshold). The same version always writes the same file, in a fixed
+seeded order.
 """
 
 from __future__ import annotations
@@ -236,7 +238,8 @@ def _task_groups():
 
 
 def _exercise(rng: random.Random, name, signature, returns, doc, body, kind) -> tuple[str, str]:
-    source = f"def {name}({signature}) -> {returns}:\n    {body}\n"
+    def_line = f"def {name}({signature}) -> {returns}:"
+    source = f"{def_line}\n    {body}\n"
     scope: dict = {}
     exec(compile("from typing import Dict, List, Optional\n" + source, f"<exercise {name}>", "exec"), scope)
     function = scope[name]
@@ -255,7 +258,7 @@ def _exercise(rng: random.Random, name, signature, returns, doc, body, kind) -> 
         examples = ["For example:"] + [f"{call} == {result}" for call, result in calls]
     opening = rng.choice(('"""', '""" '))
     docstring = "\n    ".join([opening + lines[0], *lines[1:], *examples, '"""'])
-    stub = f"{header}def {name}({signature}) -> {returns}:\n    {docstring}\n"
+    stub = f"{header}{def_line}\n    {docstring}\n"
     answer = f"```python\n{stub}    {body}\n```"
     return stub, answer
 
