@@ -36,6 +36,18 @@ def require(package: str, reason: str = "") -> None:
         pytest.skip(reason or f"needs the '{package}' package (make setup installs it)")
 
 
+@pytest.fixture(autouse=True)
+def fp32_data_dtype():
+    """`auto` regeneration and capture dtypes resolve as on a CPU without AMX (float32), so that a test's data does
+    not depend on the machine; the tests of `working_dtype` set the answer they check. Its own MonkeyPatch: a test's
+    `monkeypatch.undo()` leaves it in place."""
+    import draftsmith.target
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(draftsmith.target, "cpu_bf16_is_faster", lambda: False)
+        yield
+
+
 @pytest.fixture
 def tiny_llama():
     from tiny import tiny_target

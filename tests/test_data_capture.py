@@ -69,6 +69,23 @@ def config(data, out, **extra):
     return CaptureConfig(data=str(data), out=str(out), **{**settings, **extra})
 
 
+def test_capture_in_another_dtype_uses_a_copy_and_leaves_the_target_as_it_was(tiny_folder, prepared, tmp_path):
+    from draftsmith.target import in_dtype
+
+    _, target = tiny_folder
+    write_capture(config(prepared, tmp_path / "feat", target_dtype="bfloat16"), target=target)
+    assert target.dtype == torch.float32  # the caller's target keeps its float32 weights
+    tokens, pad = TokenDataset(load_prepared(prepared)["train"]), target.tokenizer.pad_token_id
+    shards = FeatureShards(tmp_path / "feat", expect_fingerprint=target.fingerprint(), expect_layers=[1, 4, 7])
+    group = batches_by_tokens(load_prepared(prepared)["train"]["length"], range(8), 1024, 4)[0]
+    batch = collate([tokens[i] for i in group], pad)
+    in_bf16 = capture_batch(in_dtype(target, torch.bfloat16), batch, [1, 4, 7], "bf16")
+    in_fp32 = capture_batch(target, batch, [1, 4, 7], "bf16")
+    offline = collate([shards[i] for i in group], pad)
+    assert torch.equal(offline["features"][7], in_bf16["features"][7])  # computed by the bf16 copy...
+    assert not torch.equal(offline["features"][7], in_fp32["features"][7])  # ...not by the float32 target
+
+
 # --------------------------------------------------------------------------- layer specs
 def test_parse_layers(tiny_llama, smollm2):
     assert parse_layers("eagle3", smollm2) == [1, 14, 26, 29]

@@ -129,3 +129,26 @@ def test_greedy_generation_drops_finished_rows_and_writes_what_transformers_gene
     assert got == expected
     assert rows[0] == 4 and min(rows) < 4 and rows == sorted(rows, reverse=True)  # the batch only shrinks
     assert len(rows) <= 12
+
+
+def test_regeneration_runs_in_the_asked_dtype_on_a_copy(monkeypatch, tmp_path, tiny_llama):
+    import draftsmith.data.regenerate as regenerate
+
+    writers = []
+
+    def fake_generate(target, prompts, temperature, max_new_tokens, chat_template=None):
+        writers.append(target.dtype)
+        return [f"answer in {target.dtype}" for _ in prompts]
+
+    monkeypatch.setattr(regenerate, "generate", fake_generate)
+    rows = [{"messages": [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": "old"}]}
+            for i in range(3)]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for dtype, expected in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        config = PrepareConfig(input=[str(tmp_path / "c.jsonl")], out=str(tmp_path / dtype), eval_fraction=0.0,
+                               regenerate=True, max_new_tokens=4, batch_size=3, dtype=dtype)
+        report = prepare(config, target=tiny_llama)
+        assert writers[-1] == expected and report["regenerated_in"] == str(expected).removeprefix("torch.")
+        assert tiny_llama.dtype == torch.float32  # the caller's target keeps its weights
+        answers = [json.loads(m)[1]["content"] for m in load_prepared(tmp_path / dtype)["train"]["messages"]]
+        assert answers == [f"answer in {expected}"] * 3

@@ -199,3 +199,32 @@ def test_flush_denormals_reaches_the_threads_torch_starts_later():
         else:
             assert flag == "0" or pytest.skip("this CPU has no flush-to-zero mode")
             assert out[1] == out[2]
+
+
+def test_auto_working_dtype_is_bf16_only_for_a_float32_cpu_target_where_bf16_is_faster(monkeypatch, tiny_llama):
+    from draftsmith import target as target_module
+    from draftsmith.target import in_dtype, working_dtype
+
+    assert working_dtype("bf16", tiny_llama) == torch.bfloat16 and working_dtype("float32") == torch.float32
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    monkeypatch.setattr(target_module, "cpu_bf16_is_faster", lambda: True)  # a CPU with AMX
+    assert working_dtype("auto", tiny_llama) == torch.bfloat16 and working_dtype("auto") == torch.bfloat16
+    half = in_dtype(tiny_llama, torch.float16)
+    assert working_dtype("auto", half) == torch.float16  # a target loaded narrower keeps its dtype
+    monkeypatch.setattr(target_module, "cpu_bf16_is_faster", lambda: False)  # bf16 supported but slower (no AMX)
+    assert working_dtype("auto", tiny_llama) == torch.float32
+    monkeypatch.setattr(target_module, "cpu_bf16_is_faster", lambda: True)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)  # AVX2 only: emulated
+    assert working_dtype("auto", tiny_llama) == torch.float32
+
+
+def test_a_copy_in_another_dtype_leaves_the_target_untouched(tiny_llama):
+    from draftsmith.target import in_dtype
+
+    assert in_dtype(tiny_llama, torch.float32) is tiny_llama
+    copy = in_dtype(tiny_llama, torch.bfloat16)
+    assert copy.dtype == torch.bfloat16 and tiny_llama.dtype == torch.float32
+    assert copy.fingerprint() == tiny_llama.fingerprint()  # data it writes stays this target's
+    ids = torch.tensor([[1, 5, 9, 2, 7]])
+    ours, theirs = tiny_llama.forward(ids).logits, copy.forward(ids).logits.float()
+    assert torch.allclose(ours, theirs, atol=0.05, rtol=0.05) and not torch.equal(ours, theirs)

@@ -46,8 +46,9 @@ class CaptureConfig:
     """padded tokens per target forward"""
     max_batch_size: int = 16
     """samples per target forward"""
-    target_dtype: str = "float32"
-    """dtype the target computes in"""
+    target_dtype: str = "auto"
+    """dtype the target computes in (a copy when the loaded target has another): float32, bfloat16, float16, or
+    auto = bfloat16 for a float32 target on a CPU where bf16 measures faster (AMX: about 2x here), else its own"""
     verify: str = ""
     """instead of capturing, re-check every shard checksum of this capture folder"""
 
@@ -76,12 +77,13 @@ def write_capture(config: CaptureConfig, target=None) -> dict | None:
     """Capture (or finish capturing) `config.data` into `config.out`; returns the manifest on rank 0."""
     from draftsmith.data.prepared import load_prepared
 
+    from draftsmith.target import in_dtype, load_target, working_dtype
+
     ranks = _Ranks()
     if target is None:
-        from draftsmith.target import load_target
-
-        target = load_target(config.target, dtype=config.target_dtype,
+        target = load_target(config.target, dtype="float32" if config.target_dtype == "auto" else config.target_dtype,
                              device=str(ranks.device) if ranks.device else "cpu")
+    target = in_dtype(target, working_dtype(config.target_dtype, target))
     splits = load_prepared(config.data, target)
     if config.split not in splits:
         raise DraftsmithError(f"Prepared data '{config.data}' has no split '{config.split}' (has {list(splits)}).")

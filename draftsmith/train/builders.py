@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 
@@ -10,6 +9,7 @@ import torch
 from torch import nn
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.target import cpu_bf16_is_faster
 from draftsmith.train.config import TrainConfig
 
 
@@ -95,27 +95,6 @@ def resolve_precision(precision: str, cuda: bool) -> str:
             return "bf16" if torch.cuda.is_bf16_supported() else "no"
         return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() and cpu_bf16_is_faster() else "no"
     return {"fp32": "no"}.get(precision, precision)
-
-
-@functools.cache
-def cpu_bf16_is_faster(rows: int = 512, width: int = 1024, repeats: int = 5) -> bool:
-    """Whether a bf16-autocast matmul beats fp32 on this CPU (best of `repeats`, about 0.1 s in all). bf16 support
-    is not speed: on a Xeon with AVX512-BF16 but no AMX it measured about 2x slower than fp32."""
-    import time
-
-    x, w = torch.randn(rows, width), torch.randn(width, width)
-
-    def best(autocast: bool) -> float:
-        times = []
-        for _ in range(repeats):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                began = time.perf_counter()
-                x @ w
-                times.append(time.perf_counter() - began)
-        return min(times)
-
-    best(True), best(False)  # warm-up
-    return best(True) < 0.9 * best(False)
 
 
 def to_device(batch, device):

@@ -41,6 +41,10 @@ class DataSection:
     """dtype of the features an offline run captures into `features` on its first run: bf16, fp16, fp32 or fp8
     (e4m3 with a scale per token and layer: half of bf16's disk and page cache, read back as bf16). Features
     already there are read in whatever dtype they were captured"""
+    capture_dtype: str = "auto"
+    """dtype the target computes in while an offline run captures (a copy of it when target.dtype differs):
+    float32, bfloat16, float16, or auto = bfloat16 for a float32 target on a CPU where bf16 measures faster (AMX:
+    2x here, argmax as float32's at 99% of positions), else target.dtype"""
     topk_logits: int = 0
     """also give each token the target's top-K logits (captured with the features offline, computed per batch
     online and for validation). EAGLE takes the target's argmax from them, sparing a pass over the whole

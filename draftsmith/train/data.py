@@ -187,7 +187,7 @@ def capture_once(data, target, layers: list[int], split) -> None:
     print(f"capturing the target's features of {data.prepared} -> {data.features} (first run only)", flush=True)
     config = CaptureConfig(target=target.name, data=str(data.prepared), out=str(data.features),
                            layers=",".join(map(str, layers)), max_batch_size=max(data.batch_size, 1),
-                           dtype=data.features_dtype, topk_logits=data.topk_logits)
+                           dtype=data.features_dtype, topk_logits=data.topk_logits, target_dtype=data.capture_dtype)
     result = write_capture(config, target)
     if result is not None:
         print(f"captured {result['num_samples']} samples, {result['num_tokens']} tokens, in "
