@@ -59,8 +59,8 @@ class PrepareConfig:
     """regeneration: conversations generated together"""
     dtype: str = "auto"
     """dtype the target runs in while it regenerates (a copy when the loaded target has another): float32,
-    bfloat16, float16, or auto = bfloat16 for a float32 target on a CPU where bf16 measures faster (AMX: about 2.3x
-    here), else the target's own"""
+    bfloat16, float16, or auto = bfloat16 for a float32 target on a CPU where bf16 measures faster (AMX: 1.76x
+    in bench/data_dtype.py), else the target's own"""
     draft_vocab_size: int = 0
     """also build a draft vocabulary of this many tokens (0 = later, from token_counts.safetensors)"""
     chat_template: str | None = None
@@ -114,9 +114,7 @@ def prepare(config: PrepareConfig, target=None) -> dict:
     import datasets
 
     if target is None:
-        from draftsmith.target import load_target
-
-        from draftsmith.target import working_dtype
+        from draftsmith.target import load_target, working_dtype
 
         target = load_target(config.target, dtype=working_dtype(config.dtype))
     chat_template = resolve_chat_template(config.chat_template, "prepare.chat_template (--chat-template)")
