@@ -13,7 +13,6 @@ label a drafter learns) is float32's. Run it alone: it measures wall time.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import sys
 import time
@@ -23,23 +22,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from draftsmith.data.regenerate import _size, generate  # noqa: E402
-from draftsmith.data.sources import read_rows  # noqa: E402
+import regeneration_prompts  # noqa: E402
+from draftsmith.data.regenerate import generate  # noqa: E402
 from draftsmith.data.templates import encode_prompt  # noqa: E402
 from draftsmith.target import default_eagle3_layers, in_dtype, load_target  # noqa: E402
 
-parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-parser.add_argument("--rows", type=int, default=64, help="conversations to answer (default 64)")
-parser.add_argument("--batch-size", type=int, default=32, help="conversations per batch, as prepare.batch_size")
-parser.add_argument("--max-new-tokens", type=int, default=192, help="longest response, as prepare.max_new_tokens")
-parser.add_argument("--target", default="smollm2-135m-instruct", help="target name, hub id, folder or .gguf")
-args = parser.parse_args()
-
+args = regeneration_prompts.parser(__doc__).parse_args()
 fp32 = load_target(args.target)
 targets = {"float32": fp32, "bfloat16": in_dtype(fp32, torch.bfloat16)}
-records = [record["messages"] for _, _, record in itertools.islice(read_rows("builtin:stdlib-complete"), args.rows)]
-records.sort(key=_size)
-prompts = [messages[: [m["role"] for m in messages].index("assistant")] for messages in records]
+prompts = regeneration_prompts.prompts(args.rows)
 
 
 def alternating(batches, work) -> tuple[dict, dict]:

@@ -12,8 +12,6 @@ spend padding after its EOS). Run it alone: it measures wall time.
 
 from __future__ import annotations
 
-import argparse
-import itertools
 import statistics
 import sys
 import time
@@ -23,17 +21,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from draftsmith.data.regenerate import _size, generate  # noqa: E402
-from draftsmith.data.sources import read_rows  # noqa: E402
+import regeneration_prompts  # noqa: E402
+from draftsmith.data.regenerate import generate  # noqa: E402
 from draftsmith.data.templates import encode_prompt  # noqa: E402
 from draftsmith.target import load_target  # noqa: E402
 
-parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-parser.add_argument("--rows", type=int, default=64, help="conversations to answer (default 64)")
-parser.add_argument("--batch-size", type=int, default=32, help="conversations per batch, as prepare.batch_size")
-parser.add_argument("--max-new-tokens", type=int, default=192, help="longest response, as prepare.max_new_tokens")
-parser.add_argument("--target", default="smollm2-135m-instruct", help="target name, hub id, folder or .gguf")
-args = parser.parse_args()
+args = regeneration_prompts.parser(__doc__).parse_args()
 
 
 @torch.no_grad()
@@ -52,9 +45,7 @@ def transformers_generate(target, prompts: list, max_new_tokens: int) -> list[st
 
 
 target = load_target(args.target)
-records = [record["messages"] for _, _, record in itertools.islice(read_rows("builtin:stdlib-complete"), args.rows)]
-records.sort(key=_size)
-prompts = [messages[: [m["role"] for m in messages].index("assistant")] for messages in records]
+prompts = regeneration_prompts.prompts(args.rows)
 methods = {"transformers generate()": lambda batch: transformers_generate(target, batch, args.max_new_tokens),
            "draftsmith (rows leave at EOS)": lambda batch: generate(target, batch, 0.0, args.max_new_tokens)}
 seconds = {name: 0.0 for name in methods}
