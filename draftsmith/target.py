@@ -54,8 +54,11 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 @functools.cache
 def cpu_bf16_is_faster(rows: int = 512, width: int = 1024, repeats: int = 5) -> bool:
-    """Whether a bf16-autocast matmul beats fp32 on this CPU (best of `repeats`, about 0.1 s in all). bf16 support
-    is not speed: on a Xeon with AVX512-BF16 but no AMX it measured about 2x slower than fp32."""
+    """Whether this CPU computes in bf16 natively and a bf16-autocast matmul beats fp32 on it (best of `repeats`,
+    about 0.1 s in all). Support is not speed: on a Xeon with AVX512-BF16 but no AMX it measured about 2x slower
+    than fp32; without support (AVX2 only) bf16 is emulated and not timed."""
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return False
     import time
 
     x, w = torch.randn(rows, width), torch.randn(width, width)
@@ -81,7 +84,7 @@ def working_dtype(dtype: str | torch.dtype, target: Target | None = None) -> tor
         return parse_dtype(dtype)
     own = target.dtype if target is not None else torch.float32
     on_cpu = target is None or target.device.type == "cpu"
-    if own == torch.float32 and on_cpu and torch.ops.mkldnn._is_mkldnn_bf16_supported() and cpu_bf16_is_faster():
+    if own == torch.float32 and on_cpu and cpu_bf16_is_faster():
         return torch.bfloat16
     return own
 

@@ -40,12 +40,13 @@ def require(package: str, reason: str = "") -> None:
 def fp32_data_dtype():
     """`auto` regeneration and capture dtypes resolve as on a CPU without AMX (float32), so that a test's data does
     not depend on the machine; the tests of `working_dtype` set the answer they check. Its own MonkeyPatch: a test's
-    `monkeypatch.undo()` leaves it in place."""
+    `monkeypatch.undo()` leaves it in place. A test that asks for this fixture gets the real test."""
     import draftsmith.target
 
+    real = draftsmith.target.cpu_bf16_is_faster
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(draftsmith.target, "cpu_bf16_is_faster", lambda: False)
-        yield
+        yield real
 
 
 @pytest.fixture

@@ -206,16 +206,19 @@ def test_auto_working_dtype_is_bf16_only_for_a_float32_cpu_target_where_bf16_is_
     from draftsmith.target import in_dtype, working_dtype
 
     assert working_dtype("bf16", tiny_llama) == torch.bfloat16 and working_dtype("float32") == torch.float32
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
     monkeypatch.setattr(target_module, "cpu_bf16_is_faster", lambda: True)  # a CPU with AMX
     assert working_dtype("auto", tiny_llama) == torch.bfloat16 and working_dtype("auto") == torch.bfloat16
     half = in_dtype(tiny_llama, torch.float16)
     assert working_dtype("auto", half) == torch.float16  # a target loaded narrower keeps its dtype
-    monkeypatch.setattr(target_module, "cpu_bf16_is_faster", lambda: False)  # bf16 supported but slower (no AMX)
+    monkeypatch.setattr(target_module, "cpu_bf16_is_faster", lambda: False)  # no AMX, or emulated bf16 (AVX2 only)
     assert working_dtype("auto", tiny_llama) == torch.float32
-    monkeypatch.setattr(target_module, "cpu_bf16_is_faster", lambda: True)
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)  # AVX2 only: emulated
-    assert working_dtype("auto", tiny_llama) == torch.float32
+
+
+def test_emulated_bf16_is_never_timed_and_never_chosen(monkeypatch, fp32_data_dtype):
+    cpu_bf16_is_faster = fp32_data_dtype  # the real test, which the fixture replaces in draftsmith.target
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)  # AVX2 only
+    monkeypatch.setattr(torch, "randn", lambda *shape: pytest.fail("timed a matmul on a CPU without bf16"))
+    assert cpu_bf16_is_faster.__wrapped__() is False  # __wrapped__: past the cache of this machine's answer
 
 
 def test_a_copy_in_another_dtype_leaves_the_target_untouched(tiny_llama):

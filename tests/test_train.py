@@ -609,12 +609,9 @@ def test_auto_precision_is_bf16_only_where_the_hardware_has_it_and_it_is_faster(
     from draftsmith.train.builders import resolve_precision
 
     assert resolve_precision("fp32", cuda=False) == "no" and resolve_precision("bf16", cuda=False) == "bf16"
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
-    assert resolve_precision("auto", cuda=False) == "no"  # AVX2-only CPU: emulated bf16 is slower than fp32
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
     monkeypatch.setattr(builders, "cpu_bf16_is_faster", lambda: True)
     assert resolve_precision("auto", cuda=False) == "bf16"
-    monkeypatch.setattr(builders, "cpu_bf16_is_faster", lambda: False)  # supported, but slower (no AMX)
+    monkeypatch.setattr(builders, "cpu_bf16_is_faster", lambda: False)  # no AMX, or emulated bf16 (AVX2 only)
     assert resolve_precision("auto", cuda=False) == "no"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
     assert resolve_precision("auto", cuda=True) == "no"

@@ -93,7 +93,7 @@ def resolve_precision(precision: str, cuda: bool) -> str:
     if precision == "auto":
         if cuda:
             return "bf16" if torch.cuda.is_bf16_supported() else "no"
-        return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() and cpu_bf16_is_faster() else "no"
+        return "bf16" if cpu_bf16_is_faster() else "no"
     return {"fp32": "no"}.get(precision, precision)
 
 
