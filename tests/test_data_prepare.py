@@ -1,10 +1,12 @@
 """prepare: loss masks on real chat templates, bad-row reporting, inputs of every kind, the report."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from draftsmith.data.prepared import PrepareConfig, load_prepared, load_token_counts, prepare
+from draftsmith.data.prepared import (PrepareConfig, _Rejections, load_prepared, load_token_counts, prepare,
+                                      read_conversations)
 from draftsmith.data.templates import RowError, normalize_row, tokenize_conversation
 from draftsmith.errors import DraftsmithError
 
@@ -174,6 +176,28 @@ def test_prepare_reads_json_parquet_and_saved_datasets(tmp_path, tiny_llama):
     assert (report["rows_read"], report["rows_kept"]) == (6, 5)
     assert report["rejected"] == [{"file": str(tmp_path / "rows.json"), "line": 3,
                                    "reason": "row is not a JSON object but str"}]
+
+
+def test_a_mix_takes_the_first_rows_of_each_input_up_to_its_share(tmp_path, tiny_llama):
+    def numbered(name, count):
+        return write_jsonl(tmp_path / f"{name}.jsonl", [{"messages": [
+            {"role": "user", "content": f"{name} {i}?"}, {"role": "assistant", "content": f"{name} answer {i}"}]}
+            for i in range(count)])
+
+    inputs = [str(numbered("first", 5)), str(numbered("second", 2)), str(numbered("third", 4))]
+    rows_read, rows = read_conversations(inputs, _Rejections(strict=True), max_rows_per_input=3)
+    assert rows_read == 8
+    assert [(Path(source).stem, line) for source, line, _ in rows] == [
+        ("first", 1), ("first", 2), ("first", 3), ("second", 1), ("second", 2),
+        ("third", 1), ("third", 2), ("third", 3)]
+    _, rows = read_conversations(inputs, _Rejections(strict=True), max_rows=6, max_rows_per_input=3)
+    assert [(Path(source).stem, line) for source, line, _ in rows][-1] == ("third", 1)
+
+    report = prepare(PrepareConfig(input=inputs, out=str(tmp_path / "out"), eval_fraction=0.0, max_rows_per_input=1),
+                     target=tiny_llama)
+    assert (report["rows_read"], report["max_rows_per_input"]) == (3, 1)
+    with pytest.raises(DraftsmithError, match="count rows"):
+        PrepareConfig(input=inputs, max_rows_per_input=-1).validate()
 
 
 def test_prepare_refuses_empty_or_missing_files(tmp_path, tiny_llama):

@@ -103,3 +103,7 @@ def test_prepared_data_made_by_the_cli_matches_a_recipe_without_a_vocabulary(tmp
     with pytest.raises(DraftsmithError, match="prepare.draft_vocab_size: recipe 8192, data 0"):
         check_prepared_matches(report, PrepareConfig(**{**wanted.__dict__, "draft_vocab_size": 8192}),
                                tmp_path / "prepare_report.json")
+    # a report from before prepare.max_rows_per_input (no such key) was made without a share per input
+    with pytest.raises(DraftsmithError, match="prepare.max_rows_per_input: recipe 256, data 0"):
+        check_prepared_matches(report, PrepareConfig(**{**wanted.__dict__, "max_rows_per_input": 256}),
+                               tmp_path / "prepare_report.json")

@@ -47,6 +47,9 @@ class PrepareConfig:
     """stop at the first bad row instead of reporting it and going on"""
     max_rows: int = 0
     """use at most this many rows (after reading all inputs in order; 0 = all)"""
+    max_rows_per_input: int = 0
+    """use at most this many rows of each input, its first ones (0 = all): a mix of several inputs in set
+    shares, e.g. 256 exercises and 256 standard-library stubs"""
     seed: int = 0
     """seed of the train/eval split and of sampled regeneration"""
     regenerate: bool = False
@@ -74,6 +77,9 @@ class PrepareConfig:
             raise DraftsmithError(f"--max-length must be at least 2, got {self.max_length}.")
         if not self.input:
             raise DraftsmithError("prepare needs at least one --input.")
+        if self.max_rows < 0 or self.max_rows_per_input < 0:
+            raise DraftsmithError(f"--max-rows and --max-rows-per-input count rows (0 = all), got {self.max_rows} "
+                                  f"and {self.max_rows_per_input}.")
 
 
 # --------------------------------------------------------------------------- reading + checking rows
@@ -90,13 +96,14 @@ class _Rejections:
         self.items.append({"file": source, "line": line, "reason": reason})
 
 
-def read_conversations(inputs: list[str], rejections: _Rejections, max_rows: int = 0):
-    """All rows of all inputs, normalised; returns (rows_read, [(source, line, record)]), where a record is
-    a conversation (list of messages) or a completion ({"prompt", "completion"})."""
+def read_conversations(inputs: list[str], rejections: _Rejections, max_rows: int = 0, max_rows_per_input: int = 0):
+    """All rows of all inputs (the first `max_rows_per_input` of each, the first `max_rows` in all; 0 = no cap),
+    normalised; returns (rows_read, [(source, line, record)]), where a record is a conversation (list of messages)
+    or a completion ({"prompt", "completion"})."""
     rows_read, kept = 0, []
     for spec in inputs:
-        for source, line, row in read_rows(spec):
-            if max_rows and rows_read >= max_rows:
+        for from_input, (source, line, row) in enumerate(read_rows(spec)):
+            if (max_rows and rows_read >= max_rows) or (max_rows_per_input and from_input >= max_rows_per_input):
                 break
             rows_read += 1
             try:
@@ -120,7 +127,7 @@ def prepare(config: PrepareConfig, target=None) -> dict:
     chat_template = resolve_chat_template(config.chat_template, "prepare.chat_template (--chat-template)")
     out = Path(config.out)
     rejections = _Rejections(config.strict)
-    rows_read, rows = read_conversations(config.input, rejections, config.max_rows)
+    rows_read, rows = read_conversations(config.input, rejections, config.max_rows, config.max_rows_per_input)
     if not rows:
         raise DraftsmithError(f"No usable rows in {', '.join(config.input)}: all {rows_read} were rejected "
                               f"(first reason: {rejections.items[0]['reason'] if rejections.items else 'none'}).")
@@ -161,6 +168,7 @@ def prepare(config: PrepareConfig, target=None) -> dict:
         "chat_template_sha256": None if all(is_completion(r) for _, _, r in rows) else template_sha256(target, chat_template),
         "inputs": list(config.input),
         "rows_read": rows_read,
+        "max_rows_per_input": config.max_rows_per_input or None,
         "rows_kept": len(columns["input_ids"]),
         "rows_rejected": len(rejections.items),
         "train_rows": len(train_idx),

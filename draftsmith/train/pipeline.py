@@ -55,9 +55,11 @@ def check_prepared_matches(report: dict, wanted, where: Path, target=None) -> No
     the recipe asks for. Whether it was made for this target is checked where it is loaded (`load_prepared`)."""
     made = {"input": report.get("inputs"), "max_length": report.get("max_length"),
             "last_turn_only": report.get("last_turn_only"), "regenerate": report.get("regenerated"),
-            "draft_vocab_size": report.get("draft_vocab_size") or 0}  # the report writes None for no vocabulary
+            "draft_vocab_size": report.get("draft_vocab_size") or 0,  # the report writes None for no vocabulary
+            "max_rows_per_input": report.get("max_rows_per_input") or 0}
     asked = {"input": list(wanted.input), "max_length": wanted.max_length, "last_turn_only": wanted.last_turn_only,
-             "regenerate": wanted.regenerate, "draft_vocab_size": wanted.draft_vocab_size or 0}
+             "regenerate": wanted.regenerate, "draft_vocab_size": wanted.draft_vocab_size or 0,
+             "max_rows_per_input": wanted.max_rows_per_input}
     if target is not None and report.get("chat_template_sha256"):  # None: plain-text rows, no template used
         from draftsmith.data.prepared import template_sha256
         from draftsmith.data.templates import resolve_chat_template
