@@ -115,10 +115,10 @@ def test_data_made_for_one_target_is_refused_by_another(tmp_path):
 def test_recipe_paths_follow_the_target_name():
     recipe = ROOT / "recipes/smollm2-135m/eagle3.yaml"
     default = load(TrainConfig, recipe)
-    assert default.data.prepared == "runs/smollm2-135m-instruct/data-self" == default.data.draft_vocab
-    assert default.data.features == "runs/smollm2-135m-instruct/features-self-top8"
+    assert default.data.prepared == "runs/smollm2-135m-instruct/data-mix" == default.data.draft_vocab
+    assert default.data.features == "runs/smollm2-135m-instruct/features-mix-top8"
     other = load(TrainConfig, recipe, ["target.name=/models/Llama-3.2-1B.gguf"])
-    assert other.data.prepared == "runs/llama-3.2-1b/data-self" and other.output_dir == "runs/llama-3.2-1b/eagle3"
+    assert other.data.prepared == "runs/llama-3.2-1b/data-mix" and other.output_dir == "runs/llama-3.2-1b/eagle3"
     assert target_slug("Qwen/Qwen3-0.6B") == "qwen3-0.6b" and target_slug("/a/b/base-model/") == "base-model"
 
 
