@@ -1,5 +1,5 @@
-"""What the regeneration benchmarks share: their command line and their prompts (the recipes' regeneration input,
-in the order `prepare --regenerate` answers it)."""
+"""What the regeneration benchmarks share: their command line and their prompts (builtin:stdlib-complete, the stub
+half of the default recipe's regeneration input, in the order `prepare --regenerate` answers it)."""
 
 from __future__ import annotations
 
