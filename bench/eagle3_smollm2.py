@@ -3,7 +3,8 @@
     .venv/bin/python bench/eagle3_smollm2.py --minutes 60 --num-prompts 40 --vocab-sizes 4096 8192 16384
 
 For each draft-vocabulary size: train the default recipe (recipes/smollm2-135m/eagle3.yaml) for
-about --minutes of wall time (steps = budget / seconds per step measured on a 16-step probe; an offline
+about --minutes of wall time (steps = budget / seconds per step measured on a 16-step probe, and
+train.max_minutes stops it at the budget should the machine slow down; an offline
 recipe first captures the features once into OUT/features, and that capture is charged to every
 drafter's budget), evaluating on the held-out split 5 times (best/ is kept by the implied τ, as the
 recipe says), then decode the same HumanEval prompts at T=0, interleaved prompt by prompt, with: our plain
@@ -128,10 +129,11 @@ def probe_and_train():
     for size, vocab_dir in vocabs.items():
         began = time.perf_counter()
         every = f"{max(steps // 5, 1)}"
-        train(train_config(f"eagle3-v{size}", f"train.max_steps={steps}", f"data.draft_vocab={vocab_dir}",
-                           f"train.eval_every={every}", f"train.checkpoint_every={every}"), target)
+        run = train(train_config(f"eagle3-v{size}", f"train.max_steps={steps}", f"data.draft_vocab={vocab_dir}",
+                                 f"train.eval_every={every}", f"train.checkpoint_every={every}",
+                                 f"train.max_minutes={args.minutes - capture_minutes:.3f}"), target)
         drafters[size] = {"folder": out / f"eagle3-v{size}" / "best", "train_minutes": (time.perf_counter() - began) / 60,
-                          "held_out": kept_as_best(out / f"eagle3-v{size}")}
+                          "steps_trained": run.step, "held_out": kept_as_best(out / f"eagle3-v{size}")}
     training = {"prepare_minutes": prepare_minutes, "capture_minutes": capture_minutes,
                 "training_minutes_budget": args.minutes, "steps": steps,
                 "seconds_per_step": mean_step_tokens / train_tokens_per_s, "online": base.data.online,
@@ -142,7 +144,8 @@ def probe_and_train():
 
 def drafters_summary(drafters: dict) -> dict:
     """bench.json's "drafters": what --reuse reads back."""
-    return {str(k): {"folder": str(v["folder"]), "train_minutes": v["train_minutes"], "held_out": v["held_out"]}
+    return {str(k): {"folder": str(v["folder"]), "train_minutes": v["train_minutes"],
+                     "steps_trained": v["steps_trained"], "held_out": v["held_out"]}
             for k, v in drafters.items()}
 
 
@@ -152,7 +155,8 @@ if args.reuse:
                                                "steps", "seconds_per_step", "online", "training_tokens_per_s",
                                                "target_forward_tokens_per_s", "training_over_forward")}
     drafters = {int(size): {"folder": Path(info["folder"]), "train_minutes": info["train_minutes"],
-                            "held_out": info.get("held_out") or {}} for size, info in previous["drafters"].items()}
+                            "steps_trained": info.get("steps_trained"), "held_out": info.get("held_out") or {}}
+                for size, info in previous["drafters"].items()}
     print(f"reusing the drafters of {out / 'bench.json'}: " + ", ".join(str(d["folder"]) for d in drafters.values()))
     target = TrainRecipe(recipe).load_target()
 else:
@@ -221,7 +225,8 @@ summary = {
 (out / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
 print(f"\nprepare {training['prepare_minutes'] or 0:.1f} min (0 when the data was already prepared); capture "
       f"{training.get('capture_minutes') or 0:.1f} min; "
-      + ", ".join(f"v{size} trained {info['train_minutes']:.1f} min" for size, info in drafters.items()))
+      + ", ".join(f"v{size} trained {info['train_minutes']:.1f} min, {info.get('steps_trained')} of "
+                  f"{training.get('steps')} planned steps" for size, info in drafters.items()))
 for size, info in drafters.items():
     best = info["held_out"]
     if best:

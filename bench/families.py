@@ -127,12 +127,12 @@ for name, (family, overrides, decoded) in runs_to_train.items():
           f"for {args.minutes:g} min", flush=True)
     began = time.perf_counter()
     run = train(recipe(family, name, *overrides, f"train.max_steps={steps}", f"train.eval_every={max(steps // 3, 1)}",
-                       f"train.checkpoint_every={max(steps // 3, 1)}"), target)
+                       f"train.checkpoint_every={max(steps // 3, 1)}", f"train.max_minutes={args.minutes}"), target)
     last_eval = [r for r in read_log(out / name) if r.get("split") == "eval"][-1]
     families[name] = {
         "recipe": family, "overrides": overrides, "variant": not decoded,
         "draft_length": args.draft_length or run.config.report.draft_length,
-        "kind": run.kind, "folder": str(out / name / "best"), "steps": steps, "best_step": run.best_step,
+        "kind": run.kind, "folder": str(out / name / "best"), "steps": run.step, "best_step": run.best_step,
         "train_minutes": (time.perf_counter() - began) / 60, "training_tokens_per_s": tokens_per_s,
         "target_forward_tokens_per_s": forward, "training_over_forward": tokens_per_s / forward,
         "held_out_accuracy": step_accuracies(last_eval), "validation": last_eval,

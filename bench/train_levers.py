@@ -88,12 +88,12 @@ for name, *overrides in args.variant:
     print(f"{name}: {rate:.0f} tokens/s ({rate / forward:.2f}x the target's forward) -> {steps} steps in "
           f"{budget:.1f} min", flush=True)
     began = time.perf_counter()
-    train(config_for(name, *overrides, f"train.max_steps={steps}", f"train.eval_every={steps}",
-                     f"train.checkpoint_every={steps}"), target)
+    run = train(config_for(name, *overrides, f"train.max_steps={steps}", f"train.eval_every={steps}",
+                           f"train.checkpoint_every={steps}", f"train.max_minutes={budget:.3f}"), target)
     minutes = (time.perf_counter() - began) / 60
     held_out = [r for r in read_log(out / name) if r.get("split") == "eval"][-1]
     a0, a1 = held_out.get("acc_0", 0.0), held_out.get("acc_1", 0.0)
-    results[name] = {"overrides": overrides, "steps": steps, "train_minutes": minutes,
+    results[name] = {"overrides": overrides, "steps": run.step, "train_minutes": minutes,
                      "capture_minutes": capture_s / 60 if offline else 0.0, "tokens_per_s": rate,
                      "over_forward": rate / forward, "acc_0": a0, "acc_1": a1, "chain2_implied": 1 + a0 + a0 * a1,
                      "implied": held_out.get("implied_acceptance_length")}

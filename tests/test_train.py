@@ -320,6 +320,45 @@ def test_best_is_chosen_by_the_implied_acceptance_length_by_default_and_the_deco
     assert (resumed.best_step, resumed.best_score) == (8, 1.01)
 
 
+def test_a_spent_time_budget_ends_training_like_max_steps_and_a_resume_counts_the_time_already_spent(tmp_path,
+                                                                                                       monkeypatch):
+    """train.max_minutes: the step that spends it is validated, checkpointed and last; a resume keeps counting."""
+    import types
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(recipe_module, "time", types.SimpleNamespace(perf_counter=lambda: clock["now"]))
+    real_step = TrainRecipe._train_step
+
+    def two_seconds_a_step(self):
+        clock["now"] += 2.0
+        return real_step(self)
+
+    monkeypatch.setattr(TrainRecipe, "_train_step", two_seconds_a_step)
+    target = tiny_target()
+    recipe = make_recipe(tmp_path, target, max_steps=8, max_minutes=0.1, checkpoint_every=0)  # 6 s: 3 steps
+    recipe.train()
+    out = tmp_path / "run"
+    assert recipe.step == 3 and [r["step"] for r in read_log(out)] == [1, 2, 3]
+    assert [r["step"] for r in read_log(out, "eval")] == [3]
+    assert json.loads((out / "checkpoint-3" / STATE_FILE).read_text())["train_seconds"] == 6.0
+    assert (out / "best" / "config.json").is_file()
+
+    def resumed(*overrides):
+        reset_accelerate_state()
+        config = load(TrainConfig, tmp_path / "recipe.yaml", ["resume=true", *overrides])
+        run = TrainRecipe(config, data=memory_data(target, required_layers(config, target)), target=target)
+        run.setup()
+        run.train()
+        return run
+
+    assert resumed().step == 3  # the same budget is spent already: no step is taken
+    assert resumed("train.max_minutes=0.2").step == 6  # 6 s more
+    assert resumed("train.max_minutes=0").step == 8  # no budget: max_steps ends it
+    assert [r["step"] for r in read_log(out)] == list(range(1, 9))
+    with pytest.raises(DraftsmithError, match="max_minutes must be >= 0"):
+        load(TrainConfig, tmp_path / "recipe.yaml", ["train.max_minutes=-1"])
+
+
 def test_validation_does_not_change_the_training_trajectory(tmp_path):
     """EAGLE-1 draws input noise from the RNG; validating every step must not shift that stream."""
     target = tiny_target()

@@ -79,6 +79,10 @@ class OptimSection:
 
     max_steps: int = 1000
     """optimizer steps to train for"""
+    max_minutes: float = 0.0
+    """wall-clock budget of the training loop (validations and checkpoints included, counted across resumes;
+    0 = none): the step that spends it is the last, validated and checkpointed as max_steps would be. The learning
+    rate still follows max_steps, so set max_steps to about what the budget fits"""
     lr: float = 3e-4
     """peak learning rate of AdamW"""
     warmup_steps: int = 50
@@ -111,8 +115,9 @@ class OptimSection:
     def validate(self) -> None:
         if self.max_steps < 1 or self.grad_accum < 1 or self.log_every < 1:
             raise DraftsmithError("train.max_steps, train.grad_accum and train.log_every must be >= 1.")
-        if self.eval_every < 0 or self.checkpoint_every < 0 or self.warmup_steps < 0:
-            raise DraftsmithError("train.eval_every, train.checkpoint_every and train.warmup_steps must be >= 0.")
+        if self.eval_every < 0 or self.checkpoint_every < 0 or self.warmup_steps < 0 or self.max_minutes < 0:
+            raise DraftsmithError(
+                "train.eval_every, train.checkpoint_every, train.warmup_steps and train.max_minutes must be >= 0.")
         if len(self.betas) != 2:
             raise DraftsmithError(f"train.betas needs two numbers, got {self.betas}.")
 

@@ -42,6 +42,7 @@ class TrainRecipe:
         self.step = 0
         self.best_score: float | None = None
         self.best_step: int | None = None
+        self.train_seconds = 0.0  # wall time of the training loop so far, resumed runs' included
         self.decoder_missing = False
         self.wandb_run: dict | None = None
 
@@ -197,6 +198,7 @@ class TrainRecipe:
                 "that one stopped. Use the same data and train.seed, or start a new output_dir."
             )
         self.best_score, self.best_step = state["best_score"], state["best_step"]
+        self.train_seconds = state.get("train_seconds", 0.0)  # checkpoints from before the budget have none
         if state.get("select_by", "decoded") != self.config.eval.select_by:  # older checkpoints chose by decode
             print(f"best/ (step {self.best_step}) was chosen by {state.get('select_by', 'decoded')} τ; this run chooses "
                   f"by {self.config.eval.select_by} τ, so the next validation starts the comparison again.")
@@ -224,8 +226,13 @@ class TrainRecipe:
         from tqdm.auto import tqdm
 
         cfg = self.config.train
+        if self._out_of_time():
+            print(f"train.max_minutes={cfg.max_minutes:g} was spent before step {self.step}: nothing to train "
+                  "(raise it to continue).")
+            return
         bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not self.main, unit="step", dynamic_ncols=True)
         self.model.train()
+        mark = time.perf_counter()
         while self.step < cfg.max_steps:
             started = time.perf_counter()
             record = self._train_step()
@@ -235,12 +242,27 @@ class TrainRecipe:
             if self.step % cfg.log_every == 0:
                 bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
             bar.update(1)
-            last = self.step == cfg.max_steps
+            self.train_seconds += time.perf_counter() - mark  # the previous validation and checkpoint included
+            mark = time.perf_counter()
+            out_of_time = self._out_of_time()
+            last = self.step == cfg.max_steps or out_of_time
             if last or (cfg.eval_every and self.step % cfg.eval_every == 0):
                 self.validate()
             if last or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
                 self.save_checkpoint()
+            if out_of_time:
+                bar.write(f"stopped at step {self.step} of {cfg.max_steps}: train.max_minutes={cfg.max_minutes:g} "
+                          f"is spent ({self.train_seconds / 60:.1f} min)")
+                break
         bar.close()
+
+    def _out_of_time(self) -> bool:
+        """Whether train.max_minutes is spent; every process stops at the same step once any one has spent it."""
+        budget = self.config.train.max_minutes
+        if not budget:
+            return False
+        spent = torch.tensor([float(self.train_seconds >= budget * 60)], device=self.accelerator.device)
+        return bool(self.accelerator.reduce(spent, "max").item())
 
     def _train_step(self) -> dict:
         """One optimizer step: grad_accum micro-batches on every process, then clip, step, schedule."""
@@ -409,7 +431,7 @@ class TrainRecipe:
     def save_checkpoint(self) -> Path:
         """checkpoint-<step>/ with everything needed to continue exactly; `latest` points to it."""
         state = {"step": self.step, "best_score": self.best_score, "best_step": self.best_step,
-                 "select_by": self.config.eval.select_by,
+                 "train_seconds": self.train_seconds, "select_by": self.config.eval.select_by,
                  "layout": self.layout(), "kind": self.kind, "data": self._data_position()}
         with checkpoint.preserved_rng():
             return checkpoint.save_checkpoint(self.accelerator, self.output_dir, self.step, state,
