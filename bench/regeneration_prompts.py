@@ -15,7 +15,8 @@ def parser(doc: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=64, help="conversations to answer (default 64)")
     parser.add_argument("--batch-size", type=int, default=32, help="conversations per batch, as prepare.batch_size")
-    parser.add_argument("--max-new-tokens", type=int, default=192, help="longest response, as prepare.max_new_tokens")
+    parser.add_argument("--max-new-tokens", type=int, default=128,
+                        help="longest response, as the default recipe's prepare.max_new_tokens (the README's runs: 192)")
     parser.add_argument("--target", default="smollm2-135m-instruct", help="target name, hub id, folder or .gguf")
     return parser
 
