@@ -227,8 +227,9 @@ class TrainRecipe:
 
         cfg = self.config.train
         if self._out_of_time():
-            print(f"train.max_minutes={cfg.max_minutes:g} was spent before step {self.step}: nothing to train "
-                  "(raise it to continue).")
+            if self.main:
+                print(f"train.max_minutes={cfg.max_minutes:g} was spent before step {self.step}: nothing to train "
+                      "(raise it to continue).")
             return
         bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not self.main, unit="step", dynamic_ncols=True)
         self.model.train()
@@ -251,8 +252,9 @@ class TrainRecipe:
             if last or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
                 self.save_checkpoint()
             if out_of_time:
-                bar.write(f"stopped at step {self.step} of {cfg.max_steps}: train.max_minutes={cfg.max_minutes:g} "
-                          f"is spent ({self.train_seconds / 60:.1f} min)")
+                if self.main:
+                    bar.write(f"stopped at step {self.step} of {cfg.max_steps}: train.max_minutes={cfg.max_minutes:g} "
+                              f"is spent ({self.train_seconds / 60:.1f} min)")
                 break
         bar.close()
 
