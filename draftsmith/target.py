@@ -330,7 +330,9 @@ class TargetHead:
         self.target = target
 
     def __call__(self, last_layer_features: torch.Tensor) -> torch.Tensor:
-        return self.target.model.get_output_embeddings()(self.target.final_norm(last_layer_features))
+        """Logits over the whole vocabulary, in the target's dtype, whatever dtype the features arrive in."""
+        head = self.target.model.get_output_embeddings()
+        return head(self.target.final_norm(last_layer_features.to(head.weight.dtype)))
 
     @torch.no_grad()
     def draft_targets(self, last_layer_features: torch.Tensor, ids: torch.Tensor,
@@ -342,7 +344,9 @@ class TargetHead:
         no copy of the vocabulary's rows is gathered, and no row is multiplied twice."""
         head = self.target.model.get_output_embeddings()
         weight, bias = head.weight, getattr(head, "bias", None)
-        hidden = self.target.final_norm(last_layer_features)
+        # Features come in their storage dtype (bf16 shards, fp8 read back as bf16); some norms (Gemma, OLMo-2)
+        # return their input's dtype, so the head would see bf16 against its own fp32 weight.
+        hidden = self.target.final_norm(last_layer_features.to(weight.dtype))
         if not argmax:
             return F.linear(hidden, weight[ids], None if bias is None else bias[ids]), None
         logits = best = found = None
