@@ -21,6 +21,7 @@ COMMANDS = {
     "info": "draftsmith.cli",
     "prepare": "draftsmith.data.commands",
     "capture": "draftsmith.data.commands",
+    "import-features": "draftsmith.data.engine_import",
     "train": "draftsmith.train.command",
     "eval": "draftsmith.eval.command",
     "export": "draftsmith.export",
