@@ -164,6 +164,8 @@ class Target:
         self.config = model.config
         self.layers = find_decoder_layers(model)
         self._fingerprint: dict | None = None
+        self.sharded = False  # weights split over processes (`draftsmith.sharding.shard_target`)
+        self._gathered_depth = 0
         use_grouped_attention(model)
 
     # ---- facts about the model
@@ -219,10 +221,18 @@ class Target:
                 "token) or {\"prompt\": ..., \"completion\": ...} (loss on the completion)."
             )
 
+    def gathered(self):
+        """A block in which the embedding, final norm and head are whole on every process of a sharded target
+        (a collective there; nothing at all for an unsharded one). See `draftsmith.sharding`."""
+        from draftsmith.sharding import gathered
+
+        return gathered(self)
+
     # ---- pieces other modules reuse
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings of the target (frozen; drafters share them)."""
-        return self.model.get_input_embeddings()(input_ids)
+        with self.gathered():
+            return self.model.get_input_embeddings()(input_ids)
 
     @property
     def final_norm(self) -> nn.Module:
@@ -264,18 +274,19 @@ class Target:
         features: dict[int, torch.Tensor] = {}
         handles = [self.layers[i].register_forward_hook(_capture_into(features, i)) for i in layers]
         try:
-            if logits:
-                out = self.model(
+            with self.gathered():
+                if logits:
+                    out = self.model(
+                        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                        cache=cache, use_cache=cache is not None, logits_to_keep=logits_to_keep,
+                    )
+                    return TargetOutput(out.logits, features, out.cache)
+                # Features only: run the decoder body, skip the vocabulary projection.
+                out = self.model.get_decoder()(
                     input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    cache=cache, use_cache=cache is not None, logits_to_keep=logits_to_keep,
+                    cache=cache, use_cache=cache is not None,
                 )
-                return TargetOutput(out.logits, features, out.cache)
-            # Features only: run the decoder body, skip the vocabulary projection.
-            out = self.model.get_decoder()(
-                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                cache=cache, use_cache=cache is not None,
-            )
-            return TargetOutput(None, features, out.cache)
+                return TargetOutput(None, features, out.cache)
         finally:
             for handle in handles:
                 handle.remove()
@@ -331,8 +342,9 @@ class TargetHead:
 
     def __call__(self, last_layer_features: torch.Tensor) -> torch.Tensor:
         """Logits over the whole vocabulary, in the target's dtype, whatever dtype the features arrive in."""
-        head = self.target.model.get_output_embeddings()
-        return head(self.target.final_norm(last_layer_features.to(head.weight.dtype)))
+        with self.target.gathered():
+            head = self.target.model.get_output_embeddings()
+            return head(self.target.final_norm(last_layer_features.to(head.weight.dtype)))
 
     @torch.no_grad()
     def draft_targets(self, last_layer_features: torch.Tensor, ids: torch.Tensor,
@@ -342,6 +354,11 @@ class TargetHead:
 
         The argmax runs over contiguous slices of the head's weight, which give the `ids` columns on the way:
         no copy of the vocabulary's rows is gathered, and no row is multiplied twice."""
+        with self.target.gathered():
+            return self._draft_targets(last_layer_features, ids, argmax)
+
+    def _draft_targets(self, last_layer_features: torch.Tensor, ids: torch.Tensor,
+                       argmax: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         head = self.target.model.get_output_embeddings()
         weight, bias = head.weight, getattr(head, "bias", None)
         # Features come in their storage dtype (bf16 shards, fp8 read back as bf16); some norms (Gemma, OLMo-2)

@@ -150,6 +150,19 @@ def test_bytes_on_disk_close_to_raw_and_verify(tiny_folder, prepared, tmp_path):
         verify_capture(tmp_path / "feat")
 
 
+@pytest.mark.parametrize("dtype, topk", [("bf16", 0), ("fp32", 4), ("fp8", 4)])
+def test_the_bytes_per_token_formula_is_what_the_shards_hold(tiny_folder, prepared, tmp_path, dtype, topk):
+    from draftsmith.data.capture import feature_bytes_per_token
+
+    _, target = tiny_folder
+    manifest = write_capture(config(prepared, tmp_path / "feat", dtype=dtype, topk_logits=topk), target=target)
+    per_token = feature_bytes_per_token(target.hidden_size, 3, dtype, topk)
+    for shard in manifest["shards"]:
+        tensors, _ = read_safetensors_mmap(tmp_path / "feat" / shard["file"])
+        samples = len(shard["sample_ids"])
+        assert sum(t.nbytes for t in tensors.values()) == shard["num_tokens"] * per_token + 16 * samples + 8
+
+
 def test_reader_refuses_other_target_or_missing_layers(tiny_folder, prepared, tmp_path, tiny_qwen3):
     _, target = tiny_folder
     write_capture(config(prepared, tmp_path / "feat"), target=target)

@@ -45,6 +45,17 @@ def feature_dtype(name: str | torch.dtype) -> torch.dtype:
     return parse_dtype(name)
 
 
+def feature_bytes_per_token(hidden_size: int, num_layers: int, dtype: str | torch.dtype = "bf16",
+                            topk_logits: int = 0) -> int:
+    """Bytes one token takes in a capture's shards (what `write_capture` stores): each layer's features in `dtype`
+    (fp8 adds one float32 scale per layer), the token id (int32) and loss mask (uint8), and with `topk_logits` the
+    top-k values (bf16 for fp8 captures, else `dtype`) and int32 indices. Per sample, 16 bytes more (offset, id)."""
+    stored = feature_dtype(dtype)
+    per_layer = hidden_size * stored.itemsize + (4 if stored == FP8 else 0)
+    topk_value = torch.bfloat16.itemsize if stored == FP8 else stored.itemsize
+    return num_layers * per_layer + 4 + 1 + topk_logits * (topk_value + 4)
+
+
 def to_fp8(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp8 e4m3 features [T, H], float32 scale [T]): each token's row scaled so its largest magnitude is e4m3's
     largest (448): ~6% relative error per value at most, whatever the row's range."""

@@ -49,8 +49,19 @@ class CaptureConfig:
     target_dtype: str = "auto"
     """dtype the target computes in (a copy when the loaded target has another): float32, bfloat16, float16, or
     auto = bfloat16 for a float32 target on a CPU where bf16 measures faster (AMX: 1.86x, bench/data_dtype.py), else its own"""
+    shard: str = "none"
+    """fsdp = split the target's weights over the processes of `accelerate launch` (each holds 1/N; see
+    `target.shard` of a recipe) while each process still captures its own shards; none = a whole target each"""
+    shard_group: int = 0
+    """processes that share one copy of a sharded target (0 = all); must divide the number of processes"""
     verify: str = ""
     """instead of capturing, re-check every shard checksum of this capture folder"""
+
+    def validate(self) -> None:
+        from draftsmith.sharding import SHARD_MODES
+
+        if self.shard not in SHARD_MODES:
+            raise DraftsmithError(f"--shard {self.shard!r}: use one of {', '.join(SHARD_MODES)}.")
 
 
 # --------------------------------------------------------------------------- process group
@@ -62,7 +73,9 @@ class _Ranks:
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             from accelerate import PartialState
 
-            self.state = PartialState()
+            # cpu=True without CUDA: a plain PartialState() under a MULTI_GPU launch config set up a gloo group
+            # but called every process rank 0 of 1, and each captured every shard
+            self.state = PartialState(cpu=not torch.cuda.is_available())
         self.rank = self.state.process_index if self.state else 0
         self.world = self.state.num_processes if self.state else 1
         self.device = self.state.device if self.state else None
@@ -76,13 +89,18 @@ class _Ranks:
 def write_capture(config: CaptureConfig, target=None) -> dict | None:
     """Capture (or finish capturing) `config.data` into `config.out`; returns the manifest on rank 0."""
     from draftsmith.data.prepared import load_prepared
-    from draftsmith.target import in_dtype, load_target, working_dtype
+    from draftsmith.target import load_target
 
     ranks = _Ranks()
+    shard = config.shard != "none"
     if target is None:
         target = load_target(config.target, dtype="float32" if config.target_dtype == "auto" else config.target_dtype,
-                             device=str(ranks.device) if ranks.device else "cpu")
-    target = in_dtype(target, working_dtype(config.target_dtype, target))
+                             device="cpu" if shard or not ranks.device else str(ranks.device))
+    target = _in_working_dtype(target, config.target_dtype)
+    if shard and not target.sharded:
+        from draftsmith.sharding import shard_target
+
+        shard_target(target, ranks.device or "cpu", config.shard_group)
     splits = load_prepared(config.data, target)
     if config.split not in splits:
         raise DraftsmithError(f"Prepared data '{config.data}' has no split '{config.split}' (has {list(splits)}).")
@@ -110,6 +128,12 @@ def write_capture(config: CaptureConfig, target=None) -> dict | None:
     from tqdm.auto import tqdm
 
     todo = sum(lengths[i] for k in mine for i in _shard_ids(k, config.samples_per_shard, len(split)))
+    # target forwards this process will make: every process of a sharded target must make as many (decided before
+    # the first one, since a collective here would meet another process's forward)
+    passes = sum(len(batches_by_tokens(lengths, _shard_ids(k, config.samples_per_shard, len(split)),
+                                       config.max_batch_tokens, config.max_batch_size))
+                 for k in mine if not (out / _shard(k)).is_file())
+    idle_passes = _passes_short_of_the_group(passes) if target.sharded else 0
     with tqdm(total=todo, desc=f"capture[{ranks.rank}]", unit="tok", unit_scale=True,
               disable=ranks.rank != 0, mininterval=1.0) as bar:
         for k in mine:
@@ -120,12 +144,39 @@ def write_capture(config: CaptureConfig, target=None) -> dict | None:
             tensors, metadata = capture_samples(target, dataset, lengths, ids, layers, dtype, config, pad_id)
             write_shard(out, k, tensors, metadata)
             bar.update(sum(lengths[i] for i in ids))
+    idle = {"input_ids": torch.zeros(1, 1, dtype=torch.long), "attention_mask": torch.ones(1, 1, dtype=torch.long)}
+    for _ in range(idle_passes):  # each forward of a sharded target gathers every layer from all its processes
+        capture_batch(target, idle, layers, topk_logits=config.topk_logits)
     ranks.barrier()
     if ranks.rank != 0:
         return None
     manifest = build_manifest(out, plan, num_shards)
     write_atomically(out / MANIFEST, json.dumps(manifest, indent=2).encode())
     return manifest
+
+
+def _in_working_dtype(target, asked: str):
+    """The target in the dtype the capture computes in; a sharded target cannot be copied, so it keeps its own
+    unless another was asked for explicitly (then: load it in that dtype, `target.dtype`)."""
+    from draftsmith.target import in_dtype, working_dtype
+
+    if not target.sharded:
+        return in_dtype(target, working_dtype(asked, target))
+    if asked != "auto" and working_dtype(asked, target) != target.dtype:
+        raise DraftsmithError(f"A sharded target computes in the dtype it was loaded in ({target.dtype}); set the "
+                              f"target's dtype to {asked} instead of a capture dtype.")
+    return target
+
+
+def _passes_short_of_the_group(passes: int) -> int:
+    """How many one-token target forwards this process must add to its `passes` to make as many as the busiest
+    process: a sharded target's forward gathers every layer from all processes, and shards (a resumed capture's
+    above all) give them different amounts of work."""
+    import torch.distributed as dist
+
+    most = torch.tensor([passes])
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    return int(most) - passes
 
 
 def capture_samples(target, dataset, lengths, ids, layers, dtype, config, pad_id):

@@ -77,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"best drafter: {recipe.output_dir / 'best'} ({recipe.config.eval.select_by} acceptance length {score} at "
           f"step {recipe.best_step})")
     pipeline.write_training_facts(config, recipe, args.recipe, trained - start)
-    pipeline.final_report(config, recipe.target)
+    if recipe.target.sharded and config.report.num_prompts:
+        print("final report skipped: the target is sharded over the processes and the decoder needs it whole in "
+              f"one; run `draftsmith eval --drafter {recipe.output_dir / 'best'}` where it fits, or serve the export")
+    else:
+        pipeline.final_report(config, recipe.target)
     done = time.monotonic()
     print(f"time: target and data {(prepared - start) / 60:.1f} min, training {(trained - prepared) / 60:.1f} min, "
           f"report {(done - trained) / 60:.1f} min; {(done - start) / 60:.1f} min in all", flush=True)

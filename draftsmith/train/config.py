@@ -23,6 +23,14 @@ class TargetSection:
     """dtype the target weights are loaded in (float32, bfloat16, float16)"""
     trust_remote_code: bool = False
     """allow custom modeling code from the target folder"""
+    shard: Literal["none", "fsdp"] = "none"
+    """fsdp = split the frozen target's weights over the processes of `accelerate launch` (torch FSDP2, inference
+    only; gloo or NCCL), so each holds 1/N of them and a target bigger than one device trains online and
+    captures; the drafter keeps its own DDP/ZeRO/FSDP setting. Validation decodes and the final report need
+    the whole target in one process and are skipped (best/ is chosen by the implied τ)"""
+    shard_group: int = 0
+    """processes that share one copy of a sharded target (0 = all; e.g. 8 = one copy per 8-GPU node, so that
+    weights are gathered inside a node only); must divide the number of processes"""
 
 
 @dataclass
@@ -35,8 +43,10 @@ class DataSection:
     name (e.g. runs/{target}/data), so that another target.name gets its own folders"""
     features: str | None = None
     """folder of feature shards written by `draftsmith capture` (offline training)"""
-    online: bool = False
-    """compute target features inside the training loop from `prepared` instead of reading shards"""
+    online: bool | None = None
+    """compute target features inside the training loop from `prepared` instead of reading shards; null = online
+    when target.shard is set (a target that big would write terabytes of features: README "Targets bigger than
+    one GPU"), else offline"""
     features_dtype: str = "bf16"
     """dtype of the features an offline run captures into `features` on its first run: bf16, fp16, fp32 or fp8
     (e4m3 with a scale per token and layer: half of bf16's disk and page cache, read back as bf16). Features
@@ -62,6 +72,8 @@ class DataSection:
     order), so that little of each batch is padding; false = a plain shuffle"""
 
     def validate(self) -> None:
+        if self.online is None:  # resolved by the recipe (TrainConfig), which knows target.shard
+            return
         if self.online and not self.prepared:
             raise DraftsmithError("data.online=true needs data.prepared: the folder written by `draftsmith prepare`.")
         if not self.online and not self.features:
@@ -206,6 +218,8 @@ class TrainConfig:
         # overridden writes and reads its own data and runs instead of another target's.
         from draftsmith.target import target_slug
 
+        if self.data.online is None:
+            self.data.online = self.target.shard != "none"
         slug = target_slug(self.target.name)
         for section, key in PATH_KEYS:
             owner = getattr(self, section) if section else self
@@ -214,9 +228,17 @@ class TrainConfig:
                 setattr(owner, key, value.replace("{target}", slug))
 
     def validate(self) -> None:
-        drafter_config(self.drafter)  # fail early on unknown kinds or options
+        kind, options = drafter_config(self.drafter)  # fail early on unknown kinds or options
+        self.data.validate()  # again, now that data.online is resolved
         if self.prepare is not None:
             prepare_config(self)
+        if self.target.shard != "none":
+            if self.eval.select_by == "decoded":
+                raise DraftsmithError("eval.select_by=decoded needs a validation decode, which a sharded target "
+                                      "(target.shard) cannot run in one process; use eval.select_by=implied.")
+            if getattr(options, "lora_rank", 0):
+                raise DraftsmithError(f"drafter.lora_rank={options.lora_rank} trains the target itself (Medusa-2), "
+                                      "which target.shard keeps frozen; shard with drafter.lora_rank=0 (Medusa-1).")
 
 
 PATH_KEYS = (("data", "prepared"), ("data", "features"), ("data", "draft_vocab"), (None, "output_dir"), ("report", "out"))

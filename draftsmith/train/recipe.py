@@ -59,9 +59,15 @@ class TrainRecipe:
                 f"{launched} processes were launched but Accelerate set up {self.accelerator.num_processes} "
                 "synchronised one(s). Use one of the configs in recipes/accelerate/."
             )
-        self.target.model.to(self.accelerator.device)
+        sharded = self.config.target.shard != "none"
+        if not sharded:
+            self.target.model.to(self.accelerator.device)
         self._check_output_dir()
-        self._setup_model()
+        self._setup_model()  # from the whole target: a drafter may start from its weights
+        if sharded:  # its pieces move to the device layer by layer: the whole target never sits on one
+            from draftsmith.sharding import shard_target
+
+            shard_target(self.target, self.accelerator.device, self.config.target.shard_group)
         self._setup_data()
         self._setup_optimizer()
         self._setup_tracking()
@@ -71,6 +77,12 @@ class TrainRecipe:
             (self.output_dir / LOG_FILE).write_text("")
         if self.main:
             state = self.accelerator.state
+            if sharded:
+                from draftsmith.sharding import weight_bytes
+
+                local, total = weight_bytes(self.target.model)
+                print(f"target sharded over {self.config.target.shard_group or state.num_processes} processes: "
+                      f"{100 * local / total:.1f}% of its weights on each ({local / 2**20:.1f} of {total / 2**20:.1f} MiB)")
             print(f"training {self.kind} drafter: {state.distributed_type.value} x{state.num_processes} on "
                   f"{state.device.type}, precision {self.config.train.precision} -> {state.mixed_precision}, global batch "
                   f"{self.layout()['global_batch']} sequences -> {self.output_dir}")
@@ -272,22 +284,24 @@ class TrainRecipe:
         sums: dict[str, float] = {}
         tokens, grad_norm = 0.0, None
         lr = self.scheduler.get_last_lr()[0]  # the rate this step uses
-        for accum_index in range(accum):
-            indices = self._micro_batch_indices(accum_index, accelerator.process_index)
-            batch = self._batch(self.data.train, indices)
-            tokens += float(batch["attention_mask"].sum())
-            with accelerator.accumulate(self.model):
-                loss, metrics = self.model(batch)
-                self._check_finite(loss, accum_index)
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and self.config.train.max_grad_norm > 0:
-                    grad_norm = accelerator.clip_grad_norm_(self.model.parameters(), self.config.train.max_grad_norm)
-                self.optimizer.step()
-                if accelerator.sync_gradients:
-                    self.scheduler.step()
-                self.optimizer.zero_grad()
-            for key, value in {"loss": loss.detach(), **metrics}.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
+        with self.target.gathered():  # a sharded target's embedding and head: gathered once for the whole step
+            for accum_index in range(accum):
+                indices = self._micro_batch_indices(accum_index, accelerator.process_index)
+                batch = self._batch(self.data.train, indices)
+                tokens += float(batch["attention_mask"].sum())
+                with accelerator.accumulate(self.model):
+                    loss, metrics = self.model(batch)
+                    self._check_finite(loss, accum_index)
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients and self.config.train.max_grad_norm > 0:
+                        grad_norm = accelerator.clip_grad_norm_(self.model.parameters(),
+                                                                self.config.train.max_grad_norm)
+                    self.optimizer.step()
+                    if accelerator.sync_gradients:
+                        self.scheduler.step()
+                    self.optimizer.zero_grad()
+                for key, value in {"loss": loss.detach(), **metrics}.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
         keys = sorted(sums)
         means = accelerator.reduce(torch.tensor([sums[k] / accum for k in keys], device=accelerator.device), "mean")
         record = {"step": self.step + 1, **{k: float(v) for k, v in zip(keys, means)}}
@@ -340,7 +354,8 @@ class TrainRecipe:
         (`eval.select_by`)."""
         with checkpoint.preserved_rng():  # validation must not change the training trajectory
             self.model.eval()
-            record = {"step": self.step, **self._held_out_metrics()}
+            with self.target.gathered():
+                record = {"step": self.step, **self._held_out_metrics()}
             self.model.train()
             accuracies = step_accuracies(record)
             if accuracies:
@@ -384,8 +399,8 @@ class TrainRecipe:
 
     def _decode(self, folder: Path) -> dict:
         """τ from the built-in decoder on held-out prompts (main process only)."""
-        if self.decoder_missing or not self.config.eval.num_prompts:
-            return {}
+        if self.decoder_missing or not self.config.eval.num_prompts or self.target.sharded:
+            return {}  # a sharded target runs only as a group; the decoder is one process (draftsmith.sharding)
         evaluation = self.config.eval
         try:
             result = decode_acceptance_length(self.kind, folder, self.target, self.data.prompts[: evaluation.num_prompts],
