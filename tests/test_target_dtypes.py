@@ -145,8 +145,9 @@ def test_the_real_target_as_a_bf16_copy_captures_trains_and_decodes_losslessly(s
     from draftsmith.eval.decoder import plain_generate, speculative_generate
     from draftsmith.target import in_dtype
 
+    own = smollm2.dtype
     target = in_dtype(smollm2, torch.bfloat16)
-    assert target.dtype == torch.bfloat16 and smollm2.dtype == torch.float32
+    assert target.dtype == torch.bfloat16 and smollm2.dtype == own
     target.model.requires_grad_(False)
     kind, options = drafter_config(dict(KINDS["eagle3"]))
     drafter = kind_module(kind).create(options, target, None)
