@@ -52,6 +52,12 @@ def test_a_sharded_target_trains_exactly_as_a_whole_one_with_half_its_weights_pe
     assert (root / "sharded" / "best" / "model.safetensors").is_file()
 
 
+def test_the_drafter_keeps_its_own_deepspeed_setting_beside_a_sharded_target(sharded_runs, tmp_path):
+    out = tmp_path / "zero2"
+    run(sharded_runs["recipe"], [f"output_dir={out}", "target.shard=fsdp"], launch_config="cpu-zero2.yaml")
+    assert losses(out) == pytest.approx(losses(sharded_runs["root"] / "whole"), rel=1e-5, abs=1e-6)
+
+
 def test_a_sharded_run_killed_with_sigkill_resumes_exactly(sharded_runs, tmp_path):
     recipe, killed = sharded_runs["recipe"], tmp_path / "killed"
     overrides = [f"output_dir={killed}", "target.shard=fsdp"]
@@ -83,13 +89,13 @@ def kill_every_process_naming(marker: str) -> None:
             continue
 
 
-def capture_command(assets, out: Path, launched: bool) -> list[str]:
+def capture_command(assets, out: Path, launched: bool, *extra: str) -> list[str]:
     flags = ["capture", "--target", assets["target"], "--data", assets["prepared"], "--out", str(out),
              "--samples-per-shard", "3", "--topk-logits", "4"]
     if not launched:
         return [sys.executable, "-m", "draftsmith", *flags]
     return [ACCELERATE, "launch", "--config_file", str(ROOT / "recipes/accelerate/cpu-ddp.yaml"), "-m", "draftsmith",
-            *flags, "--shard", "fsdp"]
+            *flags, "--shard", "fsdp", *extra]
 
 
 def test_sharded_capture_writes_the_single_process_shards_and_resumes_after_sigkill(assets, tmp_path):
@@ -119,6 +125,13 @@ def test_sharded_capture_writes_the_single_process_shards_and_resumes_after_sigk
     for shard in manifest["shards"]:  # features of the sharded target = the whole target's, bit for bit
         assert (sharded / shard["file"]).read_bytes() == (single / shard["file"]).read_bytes(), shard["file"]
     assert load_file(str(sharded / "shard-00000.safetensors"))["topk.indices"].shape[-1] == 4
+
+    # groups of one process (a whole copy each, as one copy per node would be on many nodes): the same shards
+    grouped = tmp_path / "grouped"
+    subprocess.run(capture_command(assets, grouped, True, "--shard-group", "1"), cwd=ROOT, env=environment(),
+                   check=True, capture_output=True, timeout=240)
+    for shard in manifest["shards"]:
+        assert (grouped / shard["file"]).read_bytes() == (single / shard["file"]).read_bytes(), shard["file"]
 
 
 def test_sharding_options_are_checked_before_any_work(assets, tmp_path):
