@@ -42,7 +42,8 @@ from common import step_costs, train_tokens_per_s, whole_chains  # noqa: E402
 from draftsmith.config import load  # noqa: E402
 from draftsmith.data.capture import TokenDataset  # noqa: E402
 from draftsmith.data.prepared import load_prepared  # noqa: E402
-from draftsmith.drafters import DraftShape, Sampling, kind_module  # noqa: E402
+from draftsmith.drafters import DraftShape, Sampling  # noqa: E402
+from draftsmith.export.readers import load_proposer as load_drafter_folder  # noqa: E402
 from draftsmith.drafters.prompt_lookup import Config as LookupConfig, PromptLookup  # noqa: E402
 from draftsmith.eval import small_batch  # noqa: E402
 from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate  # noqa: E402
@@ -155,7 +156,7 @@ if "lookup" not in args.without:
                                                                 GREEDY, args.max_new_tokens, eos)
 references = {}  # method -> the plain method its outputs must equal (Medusa-2: its tuned target's)
 for family, info in families.items():
-    proposer = kind_module(info["kind"]).load_proposer(info["folder"], target)
+    proposer = load_drafter_folder(info["folder"], target)  # the one loader `draftsmith eval` uses, any layout
     chain = DraftShape(info["draft_length"])
     cuts = getattr(proposer, "can_cut", False) and (family in args.cut or proposer.confidence_cut)
     if cuts:  # the cut reads the verify-cost curve

@@ -34,11 +34,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `info` subcommand."""
     parser = subparsers.add_parser(
         "info",
-        help="Describe a target model: layers, sizes, dtype, chat template, default EAGLE-3 layers.",
+        help="Describe a target model (layers, sizes, default EAGLE-3 layers) or a drafter folder in any layout.",
         description="Load a target (hub id, local folder, .gguf file, or built-in alias such as "
-        "smollm2-135m-instruct) and print what drafters need to know about it.",
+        "smollm2-135m-instruct) and print what drafters need to know about it. Given a drafter folder (draftsmith's "
+        "own or any layout `draftsmith export` writes), print its kind, layout, the target it expects and its size, "
+        "from config.json and the safetensors headers alone; with --target, whether that target fits (checked "
+        "before any drafter weight is read) and how much of a prompt set its draft vocabulary covers.",
     )
-    parser.add_argument("target", help="hub id, local model folder, .gguf file, or built-in alias")
+    parser.add_argument("subject", metavar="TARGET_OR_DRAFTER",
+                        help="hub id, local model folder, .gguf file or built-in alias of a target; or a drafter folder")
+    parser.add_argument("--target", help="drafters: the target to check the drafter against (any form a target takes)")
+    parser.add_argument("--prompts", default="humaneval",
+                        help="drafters with --target: prompts whose tokens the draft vocabulary's coverage is measured "
+                        "on ('humaneval' or a .jsonl file; default humaneval)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--dtype", default="float32", help="dtype to load the weights in (default float32)")
     parser.add_argument("--trust-remote-code", action="store_true",
@@ -46,21 +54,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the facts about a target."""
+    """Print the facts about a target, or about a drafter folder (and whether --target fits it)."""
     from draftsmith.target import load_target
 
-    target = load_target(args.target, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
-    facts = {
-        "target": args.target,
-        "architecture": type(target.model).__name__,
-        "num_layers": target.num_layers,
-        "hidden_size": target.hidden_size,
-        "vocab_size": target.vocab_size,
-        "dtype": str(target.dtype).removeprefix("torch."),
-        "chat_template": target.has_chat_template,
-        "eagle3_layers": target.default_eagle3_layers() if target.num_layers >= 7 else None,
-        "parameters": sum(p.numel() for p in target.model.parameters()),
-    }
+    if _is_drafter(args.subject, args.target is not None):
+        facts = _drafter_facts(args)
+    else:
+        if args.target is not None:
+            raise DraftsmithError(f"--target is for drafter folders; '{args.subject}' is a target model.")
+        target = load_target(args.subject, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+        facts = {
+            "target": args.subject,
+            "architecture": type(target.model).__name__,
+            "num_layers": target.num_layers,
+            "hidden_size": target.hidden_size,
+            "vocab_size": target.vocab_size,
+            "dtype": str(target.dtype).removeprefix("torch."),
+            "chat_template": target.has_chat_template,
+            "eagle3_layers": target.default_eagle3_layers() if target.num_layers >= 7 else None,
+            "parameters": sum(p.numel() for p in target.model.parameters()),
+        }
     if args.json:
         print(json.dumps(facts, indent=2))
     else:
@@ -68,6 +81,79 @@ def run(args: argparse.Namespace) -> int:
         for key, value in facts.items():
             print(f"{key:<{width}}  {value}")
     return 0
+
+
+def _is_drafter(subject: str, asked: bool) -> bool:
+    """Whether `subject` is a drafter folder. A plain model folder is a target, unless --target makes it a draft
+    model; with --target every folder must be a drafter (detection errors name what was found)."""
+    from pathlib import Path
+
+    from draftsmith.export import readers
+
+    folder = Path(subject).expanduser()
+    if not (folder / "config.json").is_file():
+        return False
+    try:
+        layout = readers.detect(readers.read_config(folder), folder)
+    except DraftsmithError:
+        if asked:
+            raise
+        return False
+    return asked or layout != "hf"
+
+
+def _drafter_facts(args: argparse.Namespace) -> dict:
+    """kind, layout, the target a drafter folder expects, its size; with --target whether it fits and the coverage."""
+    from draftsmith.export import readers
+
+    expected = readers.expectations(args.subject)
+    vocab = expected.vocab_size
+    facts = {
+        "drafter": args.subject, "layout": expected.layout, "kind": expected.kind, "variant": expected.variant,
+        "expects_target": expected.target_name or "not recorded",
+        "hidden_size": expected.hidden_size, "vocab_size": vocab,
+        "num_layers": expected.num_layers if expected.num_layers is not None else "not recorded (any)",
+        "layers_read": expected.layers if expected.layers is not None else "the last",
+        "draft_vocab_size": expected.draft_vocab_size or "the whole vocabulary",
+        "parameters": expected.parameters,
+    }
+    if expected.model_type:
+        facts["architecture"] = expected.model_type
+    if args.target is None:
+        return facts
+    from draftsmith.target import load_target
+
+    target = load_target(args.target, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    readers.check_fit(args.subject, expected, target)  # refuses here, before any drafter weight is read
+    if expected.kind == "draft_lm":
+        from transformers import AutoTokenizer
+
+        from draftsmith.drafters.draft_lm import check_same_tokenizer
+
+        check_same_tokenizer(AutoTokenizer.from_pretrained(args.subject), target.tokenizer, args.subject, target.name)
+    facts["target"] = f"{args.target}: fits (hidden size {target.hidden_size}, vocabulary {target.vocab_size}, " \
+                      f"{target.num_layers} layers)"
+    facts["coverage"] = _coverage(readers.draft_token_ids(args.subject, expected), target, args.prompts)
+    return facts
+
+
+def _coverage(draft_ids, target, prompts: str) -> str:
+    """The share of a prompt set's tokens (as the target tokenizes them) inside the draft vocabulary."""
+    import torch
+
+    from draftsmith.eval.prompts import load_prompts
+
+    if draft_ids is None:
+        return "100% (drafts over the whole vocabulary)"
+    try:
+        tokens = [i for prompt in load_prompts(prompts, target) for i in prompt.token_ids]
+    except DraftsmithError as err:
+        return f"not measured ({err})"
+    inside = torch.zeros(target.vocab_size, dtype=torch.bool)
+    inside[draft_ids] = True
+    share = float(inside[torch.tensor(tokens, dtype=torch.long)].float().mean()) if tokens else 0.0
+    return f"{100 * share:.1f}% of the {len(tokens)} tokens of {prompts}'s prompts are in its {len(draft_ids)}-token " \
+           "draft vocabulary"
 
 
 # --------------------------------------------------------------------------- entry point

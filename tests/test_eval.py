@@ -83,9 +83,12 @@ def test_drafter_specs(tiny_llama, tmp_path, target_folder):
     assert isinstance(load_drafter(f"hf:{target_folder}", tiny_llama), DraftLM)
     with pytest.raises(DraftsmithError, match="Did you mean 'prompt-lookup'"):
         load_drafter("prompt-lokup", tiny_llama)
-    with pytest.raises(DraftsmithError, match="draftsmith_kind.*hf:"):
-        load_drafter(str(target_folder), tiny_llama)
+    # a plain model folder is the `hf` drafter layout (what `draftsmith export --format hf` writes): a draft model
+    assert isinstance(load_drafter(str(target_folder), tiny_llama), DraftLM)
     (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "config.json").write_text('{"model_type": "bert", "architectures": ["BertModel"]}')
+    with pytest.raises(DraftsmithError, match="not a drafter layout.*model_type 'bert'.*hf:"):
+        load_drafter(str(tmp_path / "odd"), tiny_llama)
     (tmp_path / "odd" / "config.json").write_text('{"draftsmith_kind": "nonsense"}')
     with pytest.raises(DraftsmithError, match="Unknown drafter kind 'nonsense'"):
         load_drafter(str(tmp_path / "odd"), tiny_llama)

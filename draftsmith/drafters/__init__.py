@@ -214,8 +214,23 @@ def save_folder(folder, kind: str, meta: dict, drafter, names=None) -> None:
               str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
+@dataclass
+class FolderContents:
+    """What a drafter folder holds (its config.json and tensors), in memory: how a drafter in another layout, turned
+    into our names by `draftsmith.export.readers`, is built by its kind's `from_pretrained` without writing files.
+    Anything that takes a folder for `read_folder` takes this too; `source` names the folder in messages."""
+
+    meta: dict
+    tensors: dict[str, torch.Tensor]
+    source: str
+
+    def __str__(self) -> str:
+        return self.source
+
+
 def read_folder(folder, kind: str) -> tuple[dict, dict[str, torch.Tensor], dict]:
-    """(config.json, tensors, target record) of a folder `save_folder` wrote for `kind`; clear errors otherwise."""
+    """(config.json, tensors, target record) of a folder `save_folder` wrote for `kind` (or of `FolderContents`);
+    clear errors otherwise."""
     import json
     from pathlib import Path
 
@@ -223,6 +238,11 @@ def read_folder(folder, kind: str) -> tuple[dict, dict[str, torch.Tensor], dict]
 
     from draftsmith.errors import DraftsmithError
 
+    if isinstance(folder, FolderContents):
+        meta, tensors = folder.meta, dict(folder.tensors)
+        if meta.get("draftsmith_kind") != kind:
+            raise DraftsmithError(f"'{folder}' holds a '{meta.get('draftsmith_kind')}' drafter, not a {kind} one.")
+        return meta, tensors, {k: meta[k] for k in TARGET_INFO if meta.get(k) is not None}
     folder = Path(folder)
     if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
         raise DraftsmithError(f"'{folder}' is not a drafter folder: it needs config.json and model.safetensors.")

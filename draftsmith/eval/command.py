@@ -20,7 +20,8 @@ class EvalConfig:
     target: str
     """target model: built-in alias (smollm2-135m-instruct), local folder, .gguf file or hub id"""
     drafter: str
-    """'prompt-lookup', 'hf:<model>' (independent draft model with the same tokenizer) or a trained drafter folder"""
+    """'prompt-lookup', 'hf:<model>' (independent draft model with the same tokenizer) or a drafter folder: draftsmith's
+    own, or any layout `draftsmith export` writes (speculators, SGLang, DFlash reference, vLLM Medusa, hf)"""
     out: str
     """output folder for results.json, report.md and report.html"""
     prompts: str = "humaneval"
@@ -141,7 +142,7 @@ def check_arguments(config: EvalConfig) -> None:
 
     config.validate()
     resolve_device(config.device)  # 'cuda' on a machine without a GPU fails here
-    if drafter_kind(config.drafter) in ("prompt-lookup", "hf", "export") and config.confidence_cut is not None:
+    if drafter_kind(config.drafter) in ("prompt-lookup", "hf", "draft_lm") and config.confidence_cut is not None:
         raise DraftsmithError("--confidence-cut is for trained drafters with confidences (DSpark, Medusa, EAGLE, MTP); "
                               "prompt lookup's length is --adaptive-lookup.")
     resolve_chat_template(config.chat_template)  # a template file that does not exist fails here

@@ -8,7 +8,6 @@ interleaved prompt by prompt in one process, so the timings share the machine's 
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import platform
 import time
@@ -16,19 +15,19 @@ from pathlib import Path
 
 import torch
 
-from draftsmith.drafters import DraftShape, Proposer, Sampling, kind_module
+from draftsmith.drafters import DraftShape, Proposer, Sampling
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval import metrics
 from draftsmith.eval.decoder import Generation, eos_ids, plain_generate, speculative_generate
 
-DRAFTER_FORMS = ("'prompt-lookup', 'hf:<model folder, .gguf or hub id>', or a folder of a trained drafter "
-                 "(or of its speculators / SGLang export)")
+DRAFTER_FORMS = ("'prompt-lookup', 'hf:<model folder, .gguf or hub id>', or a drafter folder: draftsmith's own or "
+                 "any layout `draftsmith export` writes (speculators, SGLang, DFlash, vLLM Medusa, hf)")
 
 
 # --------------------------------------------------------------------------- drafter specs
 def drafter_kind(spec: str) -> str:
-    """Check a `--drafter` value without loading any weights: 'prompt-lookup', 'hf', 'export' (a
-    speculators / SGLang folder) or the trained kind its config.json names; a clear error otherwise."""
+    """Check a `--drafter` value without loading any weights: 'prompt-lookup', 'hf', or the trained kind a folder
+    holds in whichever layout (`draftsmith.export.readers`); a clear error otherwise."""
     if spec == "prompt-lookup":
         return spec
     if spec.startswith("hf:"):
@@ -40,24 +39,9 @@ def drafter_kind(spec: str) -> str:
         close = difflib.get_close_matches(spec, ["prompt-lookup"], n=1, cutoff=0.6)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise DraftsmithError(f"Unknown drafter '{spec}' (no such folder).{hint} Use {DRAFTER_FORMS}.")
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise DraftsmithError(f"Drafter folder '{folder}' has no config.json. Expected {DRAFTER_FORMS}.")
-    try:
-        kind = json.loads(config_path.read_text()).get("draftsmith_kind")
-    except json.JSONDecodeError as err:
-        raise DraftsmithError(f"{config_path}:{err.lineno}: not valid JSON ({err.msg}).") from None
-    if kind is not None:
-        kind_module(kind)  # an unknown kind is an error here, with the known ones listed
-        return kind
-    from draftsmith.export import eagle3
+    from draftsmith.export import readers
 
-    if eagle3.is_export(folder):
-        return "export"
-    raise DraftsmithError(
-        f"'{config_path}' has no \"draftsmith_kind\" key, so '{folder}' is not a draftsmith drafter. "
-        f"For an independent Hugging Face draft model use --drafter hf:{spec}."
-    )
+    return readers.expectations(folder).kind
 
 
 def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adaptive_length: int | None = None,
@@ -82,12 +66,9 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
         from draftsmith.drafters import draft_lm
 
         return draft_lm.load_proposer(spec[3:], target)
-    folder = Path(spec).expanduser()
-    if kind == "export":
-        from draftsmith.export import eagle3
+    from draftsmith.export import readers
 
-        return eagle3.load_exported(folder, target)
-    proposer = kind_module(kind).load_proposer(folder, target)
+    proposer = readers.load_proposer(Path(spec).expanduser(), target)
     if confidence_cut is not None:
         if not getattr(proposer, "can_cut", False):
             raise DraftsmithError(f"--confidence-cut: this {kind} drafter has no confidences to cut its drafts by "

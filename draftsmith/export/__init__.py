@@ -8,7 +8,10 @@ model card (`card.py`):
 - `medusa.py`: `medusa`, vLLM's Medusa layout of Medusa heads;
 - `dflash.py`: `dflash`, the DFlash reference layout (`DFlashDraftModel`) of a DFlash drafter, and `speculators`,
   the speculators `dflash` layout (`dspark` for the DSpark variant);
-- `native.py`: `draftsmith`, draftsmith's own folder of any kind, with a card (what `draftsmith eval` reads).
+- `native.py`: `draftsmith`, draftsmith's own folder of any kind, with a card;
+- `readers.py`: every one of these layouts (and the public checkpoints in them) read back, in memory, as the
+  draftsmith drafter of its kind: what `draftsmith eval`, `draftsmith info` and `init_from` read. Each format's
+  reader (`from_format`, `from_speculators`, ...) sits beside its writer.
 
 Every writer fills a staging folder next to the destination, validates what it wrote by reading it
 back, checks the round trip and writes the card; only then is the folder renamed into place, so a

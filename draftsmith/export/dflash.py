@@ -261,6 +261,86 @@ def check_speculators_round_trip(folder: Path, meta: dict, tensors: dict[str, to
         raise DraftsmithError(f"The speculators export in '{folder}' does not convert back to the checkpoint.")
 
 
+# --------------------------------------------------------------------------- reading either layout back
+def _body(layer: dict, kind: str) -> dict:
+    """A draft-layer config rebuilt whole as the Qwen3 config both layouts' models build (library-written configs hold
+    only what differs from the defaults), refused unless it attends as ours do."""
+    from transformers import Qwen3Config
+
+    layer = {k: v for k, v in layer.items() if k not in ("model_type", "architectures", "transformers_version")}
+    layer = Qwen3Config(**layer).to_dict()
+    problems = full_attention_problems(layer)
+    if problems:
+        raise DraftsmithError(f"This {kind} folder's draft layers do not compute what draftsmith's do: {problems[0]}.")
+    return layer
+
+
+def from_reference(config: dict, num_target_layers: int) -> dict:
+    """The DFlash reference layout's config.json -> a draftsmith dflash folder's config.json (the tensors keep their
+    names). Read as the reference reads it: `dflash_config` first, then the top level, then its defaults (block 16,
+    layer ids spread over `num_target_layers`, the folder's own or else the target's)."""
+    from draftsmith.drafters.dflash import default_layer_ids
+
+    options = config.get("dflash_config") or {}
+    layer = _body({k: v for k, v in config.items() if k not in ("dflash_config", "block_size", "num_target_layers",
+                                                                "auto_map", "mask_token_id", "target_layer_ids")},
+                  "dflash")
+    target_layers = int(config.get("num_target_layers") or num_target_layers)
+    draft_layers = layer["num_hidden_layers"]
+    ids = options.get("target_layer_ids", config.get("target_layer_ids")) or (
+        [target_layers // 2] if draft_layers == 1 else default_layer_ids(target_layers, draft_layers))
+    mask = options.get("mask_token_id", config.get("mask_token_id"))
+    if mask is None:
+        raise DraftsmithError("This DFlash folder names no mask_token_id (dflash_config.mask_token_id), which drafting "
+                              "needs.")
+    ids = [int(i) - LAYER_ID_OFFSET for i in ids]
+    block = int(options.get("block_size", config.get("block_size", 16)))
+    return {"draftsmith_kind": "dflash",
+            "config": {"block_size": block, "num_layers": draft_layers, "num_target_layers": len(ids),
+                       "target_layer_ids": ids, "mask_token_id": int(mask), "variant": "dflash"},
+            "hidden_size": layer["hidden_size"], "vocab_size": layer["vocab_size"], "num_target_layers": target_layers,
+            "target_layer_ids": ids, "mask_token_id": int(mask), "layer_config": layer}
+
+
+def from_speculators(config: dict, tensors: dict[str, torch.Tensor], num_target_layers: int) -> tuple[dict, dict]:
+    """speculators' `dflash` / `dspark` layout -> (a draftsmith dflash folder's config.json, tensors in our names).
+    Refused unless the library computes with it what our drafter does: block position 0 the last committed token
+    (`sample_from_anchor: false`), the vanilla Markov head and the confidence head on [hidden; Markov row]. Any copy
+    of the verifier's embedding or full-vocabulary lm_head stays in the tensors for the caller to check and drop."""
+    kind = config["speculators_model_type"]
+    layer = config.get("transformer_layer_config") or {}
+    if layer.get("model_type", "qwen3") != "qwen3":
+        raise DraftsmithError(f"This speculators {kind} folder has {layer.get('model_type')} draft layers; ours are "
+                              "Qwen3's.")
+    layer = _body(layer, f"speculators {kind}")
+    refused = ["sample_from_anchor: true (the anchor position drafts too)"] if config.get(
+        "sample_from_anchor", kind == "dspark") else []  # the library's defaults: false for dflash, true for dspark
+    if kind == "dspark":
+        refused += [f"{key}: {config.get(key, value)}" for key, value in DSPARK_HEADS.items()
+                    if value is not None and config.get(key, value) != value]
+    ids, mask = config.get("aux_hidden_state_layer_ids"), config.get("mask_token_id")
+    if not ids or mask is None:
+        refused.append("no aux_hidden_state_layer_ids or mask_token_id")
+    if refused:
+        raise DraftsmithError(f"This speculators {kind} folder has {'; '.join(refused)}, which draftsmith's {kind} "
+                              "drafter does not compute.")
+    ids, V = from_format_layer_ids("speculators", ids), layer["vocab_size"]
+    rows = int(config.get("draft_vocab_size") or V)
+    options = {"block_size": int(config.get("block_size", 8)), "num_layers": layer["num_hidden_layers"],
+               "num_target_layers": len(ids), "target_layer_ids": ids, "mask_token_id": int(mask), "variant": kind}
+    if kind == "dspark":
+        options["markov_rank"] = int(config["markov_rank"])
+    verifier = (config.get("speculators_config") or {}).get("verifier") or {}
+    meta = {"draftsmith_kind": "dflash", "config": options, "hidden_size": config.get("target_hidden_size") or
+            layer["hidden_size"], "vocab_size": V, "num_target_layers": num_target_layers, "target_layer_ids": ids,
+            "mask_token_id": int(mask), "layer_config": layer, "target_name": verifier.get("name_or_path"),
+            "target_architectures": verifier.get("architectures", [])}
+    if rows < V:
+        meta["draft_vocab_size"] = rows
+    ours = {v: k for k, v in HEAD_NAMES.items()}
+    return meta, {ours.get(name, name): tensor for name, tensor in tensors.items()}
+
+
 # --------------------------------------------------------------------------- export
 def write(checkpoint: Path, fmt: str, staging: Path, options) -> DFlashCard:
     """Write `fmt` of the DFlash checkpoint into `staging`, validate it, check the round trip, add the card."""

@@ -17,7 +17,6 @@ back and compared with the checkpoint tensor for tensor, and only then renamed i
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -246,26 +245,51 @@ def write_format(ckpt: Eagle3Checkpoint, fmt: str, folder: Path, speculative_tok
 
 
 # --------------------------------------------------------------------------- reading exports back
-def to_checkpoint(folder: str | Path) -> tuple[str, dict, dict[str, torch.Tensor]]:
-    """An exported folder -> (format, eagle drafter meta, tensors in our names), from engine-visible fields only.
+UNSUPPORTED_OPTIONS = {"norm_before_fc": "an RMSNorm on the fused features before fc",
+                       "fc_norm": "an RMSNorm per feature layer before fc (EAGLE 3.1)",
+                       "norm_output": "post-norm hiddens fed back across steps (EAGLE 3.1)"}
+"""speculators EAGLE-3 options draftsmith's drafter does not compute, with what each one adds"""
 
-    The meta lacks `target_num_layers` (engines take it from the target); `load_exported` fills it in.
-    """
+
+def to_checkpoint(folder: str | Path) -> tuple[str, dict, dict[str, torch.Tensor]]:
+    """An exported folder -> (format, eagle drafter meta, tensors in our names), from engine-visible fields only."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
-    config = json.loads((folder / "config.json").read_text())
+    return from_format(json.loads((folder / "config.json").read_text()), load_file(str(folder / "model.safetensors")))
+
+
+def from_format(config: dict, tensors: dict[str, torch.Tensor]) -> tuple[str, dict, dict[str, torch.Tensor]]:
+    """A speculators or SGLang EAGLE-3 config.json and its tensors -> (format, eagle drafter meta, tensors in our
+    names). Public checkpoints of either layout read the same way, as far as they compute what our drafter does:
+    one Llama-style layer and none of `UNSUPPORTED_OPTIONS`; anything else is refused, naming it.
+
+    The meta lacks `target_num_layers` (engines take it from the target); `draftsmith.export.readers` fills it in.
+    """
     fmt = detect_format(config)
-    tensors = load_file(str(folder / "model.safetensors"))
     if fmt == "speculators":
-        layer, ids = config["transformer_layer_config"], config["eagle_aux_hidden_state_layer_ids"]
-        verifier = config["speculators_config"]["verifier"]
+        layer, ids = config["transformer_layer_config"], config.get("eagle_aux_hidden_state_layer_ids")
+        verifier = (config.get("speculators_config") or {}).get("verifier") or {}
     else:
-        ids = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         layer = {k: v for k, v in config.items() if k not in SGLANG_EXTRA_KEYS}
         verifier = {}
         tensors = {name.replace("midlayer.", "layers.0.", 1): t for name, t in tensors.items()}
+    refused = [f"{key} ({what})" for key, what in UNSUPPORTED_OPTIONS.items() if config.get(key)]
+    if layer.get("model_type", "llama") != "llama" or layer.get("num_hidden_layers", 1) != 1:
+        refused.append(f"{layer.get('num_hidden_layers', 1)} {layer.get('model_type')} draft layer(s) (ours: one "
+                       "Llama-style layer, no q/k norms)")
+    if layer.get("attention_bias") or layer.get("mlp_bias"):
+        refused.append("attention or MLP biases")
+    if not isinstance(ids, list) or not ids:
+        refused.append("no aux hidden-state layer ids (engines would fall back to other layers)")
+    if refused:
+        raise DraftsmithError(f"This {fmt} EAGLE-3 folder uses {'; '.join(refused)}, which draftsmith's EAGLE-3 "
+                              "drafter does not compute.")
     layer = {k: v for k, v in layer.items() if k not in ("rope_theta", "rope_scaling", "architectures")}
+    rope = _rope_parameters(config if fmt == "sglang" else config["transformer_layer_config"])
+    if rope is not None:
+        layer["rope_parameters"] = rope
     layer.update(draft_vocab_size=int(config["draft_vocab_size"]),
                  target_hidden_size=int(config.get("target_hidden_size") or layer["hidden_size"]))
     meta = {
@@ -279,24 +303,27 @@ def to_checkpoint(folder: str | Path) -> tuple[str, dict, dict[str, torch.Tensor
     return fmt, meta, tensors
 
 
+def _rope_parameters(layer: dict) -> dict | None:
+    """The layer's RoPE as transformers v5 reads it: `rope_parameters`, or the v4 `rope_theta` / `rope_scaling` that
+    public configs written with transformers 4 hold (dropping them would leave Llama's default theta)."""
+    if layer.get("rope_parameters") is not None or layer.get("rope_theta") is None:
+        return layer.get("rope_parameters")
+    scaling = dict(layer.get("rope_scaling") or {})
+    scaling["rope_type"] = scaling.pop("type", None) or scaling.get("rope_type") or "default"
+    return {**scaling, "rope_theta": layer["rope_theta"]}
+
+
 def load_exported(folder: str | Path, target):
-    """A speculators or SGLang export -> a Proposer for `target` (what `draftsmith eval --drafter` uses).
+    """One of our speculators or SGLang exports -> a Proposer for `target`, in memory.
 
-    Validated first, so a broken folder fails here with the validator's message instead of drafting badly.
-    """
-    from safetensors.torch import save_file
-
-    from draftsmith.drafters import kind_module
+    Validated strictly first (what `draftsmith export` guarantees), so a broken export fails here with the
+    validator's message instead of drafting badly; `draftsmith.export.readers` reads any folder of the layout."""
+    from draftsmith.export import readers
 
     validate_export(folder, expected=Expected(num_target_layers=target.num_layers,
                                               target_hidden_size=target.hidden_size,
                                               target_vocab_size=target.vocab_size))
-    _, meta, tensors = to_checkpoint(folder)
-    meta["transformer_layer_config"]["target_num_layers"] = target.num_layers
-    with tempfile.TemporaryDirectory(prefix="draftsmith-export-") as tmp:
-        (Path(tmp) / "config.json").write_text(json.dumps(meta))
-        save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(Path(tmp) / "model.safetensors"))
-        return kind_module("eagle").load_proposer(tmp, target)
+    return readers.load_proposer(folder, target)
 
 
 def is_export(folder: str | Path) -> bool:

@@ -68,6 +68,23 @@ def from_vllm(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return renamed
 
 
+def from_format(config: dict, tensors: dict[str, torch.Tensor], num_target_layers: int) -> tuple[dict, dict]:
+    """vLLM's Medusa layout -> (a draftsmith Medusa folder's config.json, its tensors in our names). vLLM's config does
+    not record the target's depth: `num_target_layers` is the target's. Heads written without biases
+    (`medusa_fc_bias` false, vLLM's default) get zero biases, which compute the same."""
+    H, V = int(config["hidden_size"]), int(config["vocab_size"])
+    rows = int(config.get("truncated_vocab_size") or V)
+    heads, layers = int(config["num_heads"]), int(config.get("num_hidden_layers", 1))
+    ours = from_vllm(tensors)
+    if not config.get("medusa_fc_bias", False):
+        for head in range(heads):
+            for layer in range(layers):
+                ours.setdefault(f"blocks.{head}.layers.{layer}.linear.bias", torch.zeros(H))
+    meta = {"draftsmith_kind": "medusa", "config": {"num_heads": heads, "num_layers": layers}, "hidden_size": H,
+            "vocab_size": V, "num_target_layers": num_target_layers, "draft_vocab_size": rows if rows < V else None}
+    return meta, ours
+
+
 def validate(folder: Path) -> None:
     """The folder holds exactly what vLLM's Medusa builds from its config: every name, every shape."""
     config = json.loads((folder / "config.json").read_text())

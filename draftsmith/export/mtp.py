@@ -80,14 +80,43 @@ def speculators_tensors(tensors: dict[str, torch.Tensor], final_norm: torch.Tens
 
 def to_checkpoint_tensors(folder: Path) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """An exported folder's tensors back in our names, and the final norm it carries."""
-    tensors = load_file(str(folder / "model.safetensors"))
+    return our_names(load_file(str(folder / "model.safetensors")))
+
+
+def our_names(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The layout's tensors in our names, and the final norm it carries (the target's, in our drafter)."""
+    tensors = dict(tensors)
+    if PREFIX + "final_layernorm.weight" not in tensors:
+        raise DraftsmithError(f"The mtp folder has no {PREFIX}final_layernorm.weight.")
     final_norm = tensors.pop(PREFIX + "final_layernorm.weight")
     ours = {}
     for name, tensor in tensors.items():
+        if not name.startswith(PREFIX):
+            raise DraftsmithError(f"Unexpected tensor '{name}' in an mtp folder (one module, {PREFIX}*).")
         rest = name.removeprefix(PREFIX)
         own = rest.split(".")[0] in ("input_proj", "token_layernorm", "hidden_layernorm")
         ours["mtp_modules.0." + (rest if own else "block." + rest)] = tensor
     return ours, final_norm
+
+
+def from_format(config: dict, tensors: dict[str, torch.Tensor]) -> tuple[dict, dict[str, torch.Tensor], torch.Tensor]:
+    """speculators' `mtp` layout -> (a draftsmith MTP folder's config.json, tensors in our names, the final norm the
+    folder carries): one module shared by every step, the verifier's config as the target's."""
+    from transformers import AutoConfig
+
+    if config.get("num_nextn_predict_layers", 1) != 1:
+        raise DraftsmithError(f"This mtp folder holds {config['num_nextn_predict_layers']} modules; the speculators "
+                              "layout (and draftsmith's reading of it) has one, applied at every step.")
+    layer = dict(config["transformer_layer_config"])
+    # A library-written config holds only what differs from its class's defaults: rebuild it whole.
+    layer = AutoConfig.for_model(layer.pop("model_type"), **layer).to_dict()
+    spec = config.get("speculators_config") or {}
+    steps = ((spec.get("proposal_methods") or [{}])[0]).get("speculative_tokens") or 1
+    verifier = spec.get("verifier") or {}
+    meta = {"draftsmith_kind": "mtp", "config": {"num_modules": int(steps), "shared": True},
+            "target_config": {k: v for k, v in layer.items() if not k.startswith("_")},
+            "target_name": verifier.get("name_or_path"), "target_architectures": verifier.get("architectures", [])}
+    return (meta, *our_names(tensors))
 
 
 def target_final_norm(meta: dict, verifier: str) -> torch.Tensor:

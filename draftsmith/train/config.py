@@ -212,6 +212,11 @@ class TrainConfig:
     """where checkpoint-<step>/, best/, latest and metrics.jsonl are written"""
     resume: bool = False
     """continue exactly from output_dir/latest instead of starting afresh"""
+    init_from: str | None = None
+    """fine-tune: start the drafter from this folder, a draftsmith drafter or any export or public checkpoint of the
+    same kind (the layouts `draftsmith eval` reads). Its architecture and draft vocabulary are kept as they are (a
+    data.draft_vocab other than its own is refused; null takes its own), the drafter options say how to train, and
+    a validation at step 0 logs its held-out accuracy before any update"""
 
     def __post_init__(self) -> None:
         # `{target}` in a path stands for the target's short name, so that a recipe whose target.name is

@@ -122,7 +122,14 @@ class TrainRecipe:
 
             self.draft_vocab = load_draft_vocab(self.config.data.draft_vocab, self.target)
         set_seed(self.config.train.seed)  # same initial drafter on every process
-        drafter = self._fresh_drafter()
+        if self.config.init_from:  # a fine-tune: the checkpoint's weights, architecture and draft vocabulary
+            from draftsmith.train.init_from import starting_drafter
+
+            drafter, self.drafter_options, self.draft_vocab = starting_drafter(
+                self.kind, self.config.drafter, self.config.init_from, self.target, self.draft_vocab,
+                self.config.data.draft_vocab)
+        else:
+            drafter = self._fresh_drafter()
         set_seed(self.config.train.seed, device_specific=True)  # then distinct random draws per process
         self.layers = list(drafter.required_layers)
         self.model = DrafterLoss(drafter, self.target.head)
@@ -243,6 +250,8 @@ class TrainRecipe:
                 print(f"train.max_minutes={cfg.max_minutes:g} was spent before step {self.step}: nothing to train "
                       "(raise it to continue).")
             return
+        if self.config.init_from and self.step == 0:  # the starting checkpoint's held-out accuracy, before any update
+            self.validate()
         bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not self.main, unit="step", dynamic_ncols=True)
         self.model.train()
         mark = time.perf_counter()
