@@ -48,7 +48,19 @@ class EvalConfig:
     """prompt-lookup: shortest n-gram to match"""
     adaptive_lookup: bool = True
     """prompt-lookup chains: measure the target's verify cost first (a few seconds, not timed) and pick each
-    draft's length up to --draft-length for the most expected tokens per unit of cost; false = always the full length"""
+    draft's length up to --draft-length for the most expected tokens per unit of cost; false = always the full length.
+    suffix and hybrid: the same for their chains and trees, and the hybrid's choice of passes that run the drafter
+    (false: every pass runs it)"""
+    suffix_max_match: int = 16
+    """suffix and hybrid: longest recurring suffix of the context that is matched"""
+    suffix_choose: str = "frequency"
+    """suffix and hybrid chains: 'frequency' (the most frequent continuation of the longest match) or 'recent' (its
+    newest occurrence's; with --suffix-max-match 3 the chains of prompt-lookup)"""
+    suffix_cache_tokens: int = 0
+    """suffix and hybrid: also match earlier requests' outputs, keeping at most this many tokens (0 = off)"""
+    suffix_cache_file: str | None = None
+    """suffix and hybrid: keep that cross-request cache in this file between runs (rewritten atomically after every
+    request; a damaged file is ignored with a warning)"""
     confidence_cut: bool | None = None
     """trained drafters that can cut their chains where their confidences stop paying for the target's verify
     cost (DSpark, Medusa heads, EAGLE and MTP chains; the cost curve is measured first, a few seconds, not timed):
@@ -142,13 +154,23 @@ def check_arguments(config: EvalConfig) -> None:
 
     config.validate()
     resolve_device(config.device)  # 'cuda' on a machine without a GPU fails here
-    if drafter_kind(config.drafter) in ("prompt-lookup", "hf", "draft_lm") and config.confidence_cut is not None:
+    suffix_config(config).validate()
+    if drafter_kind(config.drafter) in ("prompt-lookup", "suffix", "hf", "draft_lm") and config.confidence_cut is not None:
         raise DraftsmithError("--confidence-cut is for trained drafters with confidences (DSpark, Medusa, EAGLE, MTP); "
                               "prompt lookup's length is --adaptive-lookup.")
     resolve_chat_template(config.chat_template)  # a template file that does not exist fails here
     read_conversations(config.prompts)  # the file exists and every row parses
     if Path(config.out).expanduser().is_file():
         raise DraftsmithError(f"--out '{config.out}' is a file; pass a folder for results.json and the reports.")
+
+
+def suffix_config(config: EvalConfig):
+    """The suffix drafter's options (`suffix` and `hybrid:` drafters) from the --suffix-* flags."""
+    from draftsmith.drafters import suffix
+
+    return suffix.Config(max_match=config.suffix_max_match, choose=config.suffix_choose,
+                         adaptive=config.adaptive_lookup, cache_tokens=config.suffix_cache_tokens,
+                         cache_file=config.suffix_cache_file)
 
 
 def _save_traces(config: EvalConfig, target, proposer, prompts, runs, sampling) -> None:
@@ -174,7 +196,7 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     from draftsmith.eval import small_batch
     from draftsmith.eval.prompts import load_prompts
     from draftsmith.eval.report import write_report
-    from draftsmith.eval.runner import compare, environment, load_drafter
+    from draftsmith.eval.runner import compare, drafter_kind, environment, load_drafter
     from draftsmith.serving.traces import parse_lengths
     from draftsmith.target import load_target, resolve_device
 
@@ -191,9 +213,12 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     drafting: list = []
     try:
         adaptive = config.draft_length if config.adaptive_lookup and config.tree is None else None
+        budget = config.draft_length if config.tree is None else config.tree_shape()[2]
         proposer = load_drafter(config.drafter, target, max_ngram=config.ngram, min_ngram=config.min_ngram,
                                 adaptive_length=adaptive, confidence_cut=config.confidence_cut,
-                                draft_length=max([config.draft_length, *parse_lengths(config.draft_lengths)]))
+                                draft_length=max([config.draft_length, *parse_lengths(config.draft_lengths)]),
+                                suffix_config=suffix_config(config),
+                                draft_budget=budget if config.adaptive_lookup else None)
         drafting = small_batch.install_on_proposer(proposer, target, rows)
         shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
         sampling = Sampling(config.temperature, config.top_k, config.top_p)
@@ -201,6 +226,8 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
                                 transformers_baseline=config.transformers_baseline, return_runs=True)
         if config.save_traces:
             _save_traces(config, target, proposer, prompts, runs, sampling)
+        if config.suffix_cache_file and drafter_kind(config.drafter) in ("suffix", "hybrid"):
+            proposer.reset()  # the last request's output joins the cross-request cache file too
         results.update(target={"name": target.name, "architecture": type(target.model).__name__,
                                "num_layers": target.num_layers, "vocab_size": target.vocab_size},
                        drafter=proposer.describe(), config=configs.to_dict(config), environment=environment(target))

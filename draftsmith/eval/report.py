@@ -68,6 +68,17 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def methods_markdown(results_by_method: dict[str, dict]) -> str:
+    """Several methods' results (drafter, suffix, hybrid ...) on the same prompts, one row each, in Markdown."""
+    lines = ["| method | τ | speedup vs our plain loop | tokens/s | draft time fraction | lossless |",
+             "|---|---|---|---|---|---|"]
+    for name, results in results_by_method.items():
+        lines.append(f"| {name} | {_num(results['acceptance_length'])} | {_num(results['speedup'])}× | "
+                     f"{_num(results['tokens_per_s']['overall'], 1)} | {_num(results['draft_time_fraction'], 3)} | "
+                     f"{results['lossless']['identical']} / {results['lossless']['checked']} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(results: dict) -> str:
     """The report as Markdown: summary table, run description, per-prompt table, definitions."""
     lines = ["# draftsmith eval", "", "| metric | value |", "|---|---|"]

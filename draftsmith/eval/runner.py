@@ -20,23 +20,31 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.eval import metrics
 from draftsmith.eval.decoder import Generation, eos_ids, plain_generate, speculative_generate
 
-DRAFTER_FORMS = ("'prompt-lookup', 'hf:<model folder, .gguf or hub id>', or a drafter folder: draftsmith's own or "
-                 "any layout `draftsmith export` writes (speculators, SGLang, DFlash, vLLM Medusa, hf)")
+DRAFTER_FORMS = ("'prompt-lookup', 'suffix', 'hf:<model folder, .gguf or hub id>', a drafter folder: draftsmith's own "
+                 "or any layout `draftsmith export` writes (speculators, SGLang, DFlash, vLLM Medusa, hf), or "
+                 "'hybrid:<drafter folder or hf:model>' (suffix matching and that drafter in one tree per pass)")
 
 
 # --------------------------------------------------------------------------- drafter specs
 def drafter_kind(spec: str) -> str:
     """Check a `--drafter` value without loading any weights: 'prompt-lookup', 'hf', or the trained kind a folder
     holds in whichever layout (`draftsmith.export.readers`); a clear error otherwise."""
-    if spec == "prompt-lookup":
+    if spec in ("prompt-lookup", "suffix"):
         return spec
+    if spec.startswith("hybrid:"):
+        inner = spec[len("hybrid:"):]
+        if not inner or drafter_kind(inner) in ("prompt-lookup", "suffix", "hybrid"):
+            raise DraftsmithError(f"Drafter '{spec}': hybrid: takes a trained drafter folder or hf:<model> after the "
+                                  "colon (suffix matching is the other half), e.g. hybrid:runs/smollm2-135m-instruct/"
+                                  "eagle3/best.")
+        return "hybrid"
     if spec.startswith("hf:"):
         if not spec[3:]:
             raise DraftsmithError("Drafter 'hf:' needs a model after the colon, e.g. hf:path/to/model.")
         return "hf"
     folder = Path(spec).expanduser()
     if not folder.is_dir():
-        close = difflib.get_close_matches(spec, ["prompt-lookup"], n=1, cutoff=0.6)
+        close = difflib.get_close_matches(spec, ["prompt-lookup", "suffix"], n=1, cutoff=0.6)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise DraftsmithError(f"Unknown drafter '{spec}' (no such folder).{hint} Use {DRAFTER_FORMS}.")
     from draftsmith.export import readers
@@ -45,15 +53,31 @@ def drafter_kind(spec: str) -> str:
 
 
 def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adaptive_length: int | None = None,
-                 confidence_cut: bool | None = None, draft_length: int | None = None) -> Proposer:
-    """Turn a `--drafter` value into a Proposer: prompt-lookup, hf:<model>, or a trained drafter folder.
+                 confidence_cut: bool | None = None, draft_length: int | None = None, suffix_config=None,
+                 draft_budget: int | None = None) -> Proposer:
+    """Turn a `--drafter` value into a Proposer: prompt-lookup, suffix, hf:<model>, a trained drafter folder, or
+    hybrid:<folder or hf:model>.
 
     `adaptive_length` k: prompt lookup measures the target's verify cost for 1 .. k+1 tokens now and
     picks each chain draft's length up to k from it (None: always the full length).
     `confidence_cut`: for trained drafters that cut chains by their confidence (DSpark, Medusa heads, EAGLE and
     MTP chains), on or off whatever the drafter's folder says (None: as it says); a drafter that wants the cost
-    curve measures it now, for drafts of up to `draft_length` tokens (None: the drafter's own longest draft)."""
+    curve measures it now, for drafts of up to `draft_length` tokens (None: the drafter's own longest draft).
+    `suffix_config` (`drafters.suffix.Config`): suffix drafting alone and in hybrids; `draft_budget`: the nodes of
+    one draft (chain length or tree total) up to which they measure the verify-cost curve their cuts and the
+    hybrid's skip decision read (None: not measured; suffix drafts keep their full size, the drafter always runs)."""
     kind = drafter_kind(spec)
+    if kind in ("suffix", "hybrid"):
+        from draftsmith.drafters import hybrid, suffix
+
+        proposer = suffix.load_proposer(suffix_config, target)
+        if kind == "hybrid":
+            drafter = load_drafter(spec[len("hybrid:"):], target, confidence_cut=confidence_cut,
+                                   draft_length=draft_length)
+            proposer = hybrid.HybridProposer(proposer, drafter)
+        if draft_budget is not None:
+            _calibrate(proposer, target, kind, draft_budget)
+        return proposer
     if kind == "prompt-lookup":
         from draftsmith.drafters import prompt_lookup
 

@@ -183,6 +183,9 @@ class ReportSection:
     (`draftsmith eval --confidence-cut`); null = the drafter's own setting (on for DSpark, off otherwise)"""
     transformers_baseline: bool = True
     """also time transformers generate() for speedup_vs_transformers"""
+    methods: list[Literal["drafter", "suffix", "hybrid"]] = field(default_factory=lambda: ["drafter"])
+    """what to decode the report prompts with: drafter (best/ alone), suffix (suffix matching alone), hybrid (both in
+    one tree per pass); several side by side get a folder each under `out` and a table in out/methods.md"""
     out: str | None = None
     """where results.json / report.md / report.html go (null = OUTPUT_DIR/eval)"""
 
@@ -234,6 +237,9 @@ class TrainConfig:
 
     def validate(self) -> None:
         kind, options = drafter_config(self.drafter)  # fail early on unknown kinds or options
+        if not self.report.methods or len(set(self.report.methods)) != len(self.report.methods):
+            raise DraftsmithError(f"report.methods needs distinct methods (drafter, suffix, hybrid); got "
+                                  f"{self.report.methods}.")
         self.data.validate()  # again, now that data.online is resolved
         if self.prepare is not None:
             prepare_config(self)

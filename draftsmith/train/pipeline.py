@@ -106,8 +106,13 @@ def write_training_facts(config: TrainConfig, recipe, recipe_path: str | None, w
     return path
 
 
+METHOD_SPECS = {"drafter": "{best}", "suffix": "suffix", "hybrid": "hybrid:{best}"}
+"""report.methods -> the `draftsmith eval --drafter` value that decodes with it"""
+
+
 def final_report(config: TrainConfig, target) -> dict | None:
-    """Decode the report prompts with best/ through the same code as `draftsmith eval`; print the summary."""
+    """Decode the report prompts with best/ (and, as report.methods asks, suffix matching alone and the hybrid of
+    both) through the same code as `draftsmith eval`; print the summary. Returns the first method's results."""
     section = config.report
     best = Path(config.output_dir) / "best"
     if section.num_prompts < 1:
@@ -115,14 +120,24 @@ def final_report(config: TrainConfig, target) -> dict | None:
     if not best.is_dir():
         raise DraftsmithError(f"No drafter at {best} to report on; training did not produce best/.")
     from draftsmith.eval.command import EvalConfig, evaluate_and_report
+    from draftsmith.eval.report import methods_markdown
 
-    eval_config = EvalConfig(
-        target=config.target.name, drafter=str(best), out=section.out or str(Path(config.output_dir) / "eval"),
-        prompts=section.prompts, num_prompts=section.num_prompts, max_new_tokens=section.max_new_tokens,
-        draft_length=section.draft_length, tree=section.tree, confidence_cut=section.confidence_cut,
-        dtype=config.target.dtype,
-        transformers_baseline=section.transformers_baseline,
-        chat_template=(config.prepare or {}).get("chat_template"),  # prompts as the drafter saw its data
-    )
-    eval_config.validate()
-    return evaluate_and_report(eval_config, target=target)
+    out = Path(section.out or Path(config.output_dir) / "eval")
+    results = {}
+    for method in section.methods:
+        eval_config = EvalConfig(
+            target=config.target.name, drafter=METHOD_SPECS[method].format(best=best),
+            out=str(out / method if len(section.methods) > 1 else out),
+            prompts=section.prompts, num_prompts=section.num_prompts, max_new_tokens=section.max_new_tokens,
+            draft_length=section.draft_length, tree=section.tree,
+            confidence_cut=None if method == "suffix" else section.confidence_cut,
+            dtype=config.target.dtype,
+            transformers_baseline=section.transformers_baseline,
+            chat_template=(config.prepare or {}).get("chat_template"),  # prompts as the drafter saw its data
+        )
+        eval_config.validate()
+        results[method] = evaluate_and_report(eval_config, target=target)
+    if len(results) > 1:
+        write_atomically(out / "methods.md", methods_markdown(results))
+        print(f"methods side by side: {out / 'methods.md'}")
+    return results[section.methods[0]]

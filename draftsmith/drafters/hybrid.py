@@ -1,0 +1,193 @@
+"""Hybrid drafting: suffix candidates and a trained drafter's chain or tree in one tree per verify pass.
+
+Suffix matching is free and wins where the output copies the prompt or earlier output; a trained drafter wins where
+the text is new. Each pass the hybrid takes the suffix candidates (`suffix.SuffixProposer`, with their scores:
+estimated chances that the target accepts each path) and decides whether the drafter (any Proposer: EAGLE, MTP,
+Medusa, DFlash/DSpark, a draft LM) is worth running, by expected accepted tokens per second:
+
+    suffix alone:  (1 + E_s) / t(n_s + 1)
+    with drafter:  (1 + E_s + (1 - S_1) * E_d) / (t(n_s + n_d + 1) + draft seconds)
+
+E_s = sum of the suffix scores, S_1 = the chance that one of its first tokens is accepted (the drafter adds
+tokens mostly where the suffix is wrong from the start: an approximation), n_s its node count; E_d = sum over
+depths j of prod_{i<=j} a_i, with a_i the drafter's acceptance at depth i measured by the hybrid on the committed
+tokens (an optimistic 3 of 4 until seen), n_d and the draft seconds the medians of the drafter's recent drafts, and
+t the target's measured verify-cost curve, in seconds (`calibrate`). Only past passes feed these, never this
+pass's target output. Without a curve the drafter always runs.
+
+Exactness. Greedy: any draft gives the target's own tokens. Sampling: suffix candidates are point-mass drafts
+(q = 1 on the token), so a merged tree is verified as a tree of one-hot candidates (DESIGN §3, `verify_tree`),
+which is exact for any fixed tree; the drafter's own q is dropped there. Where the suffix finds nothing the
+drafter's draft goes out unchanged, with its q. Which of the two forms a pass uses depends only on the suffix
+candidates (committed tokens), never on the tokens the drafter sampled: picking the form from those would bias
+the q-ratio test of a sampled chain.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from statistics import median
+
+import torch
+
+from draftsmith.cost import verify_cost_curve
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
+from draftsmith.drafters.suffix import Candidates, SuffixProposer
+
+
+def pass_cost(cost: dict[int, float], n: int) -> float:
+    """t(n) from a measured curve: measured, or linear between the nearest measured sizes, or beyond the largest
+    along the last measured slope (never below it)."""
+    if n in cost:
+        return cost[n]
+    sizes = sorted(cost)
+    below, above = [s for s in sizes if s < n], [s for s in sizes if s > n]
+    if below and above:
+        low, high = below[-1], above[0]
+        return cost[low] + (cost[high] - cost[low]) * (n - low) / (high - low)
+    if above:
+        return cost[above[0]]
+    last, before = sizes[-1], sizes[-2] if len(sizes) > 1 else sizes[-1]
+    slope = max((cost[last] - cost[before]) / (last - before), 0.0) if last != before else 0.0
+    return cost[last] + slope * (n - last)
+
+
+def drafting_pays(expected_suffix: float, suffix_first: float, suffix_nodes: int, expected_drafter: float,
+                  drafter_nodes: float, drafter_seconds: float, cost: dict[int, float]) -> bool:
+    """Whether running the drafter beside the suffix candidates gives more expected tokens per second than the
+    suffix candidates alone (the formula in the module docstring)."""
+    alone = (1 + expected_suffix) / pass_cost(cost, suffix_nodes + 1)
+    together = 1 + expected_suffix + (1 - min(suffix_first, 1.0)) * expected_drafter
+    return together / (pass_cost(cost, round(suffix_nodes + drafter_nodes) + 1) + drafter_seconds) > alone
+
+
+def merge(found: Candidates, draft: Draft) -> Draft:
+    """One draft holding the suffix nodes, then the drafter's; a path both propose is one path (a trie). Chains
+    stay chains when the union is one path; q is one-hot either way (probs None)."""
+    tokens, parents, index = [], [], {}
+
+    def add(source_tokens: list[int], source_parents: list[int]) -> None:
+        mapped = []
+        for token, parent in zip(source_tokens, source_parents):
+            parent = mapped[parent] if parent >= 0 else -1
+            node = index.get((parent, token))
+            if node is None:
+                node = index[(parent, token)] = len(tokens)
+                tokens.append(token)
+                parents.append(parent)
+            mapped.append(node)
+
+    add(found.tokens, found.parents)
+    add(draft.tokens.tolist(), _parents_of(draft))
+    return Candidates(tokens, parents, []).draft()
+
+
+def _parents_of(draft: Draft) -> list[int]:
+    return list(range(-1, len(draft) - 1)) if draft.parents is None else draft.parents.tolist()
+
+
+def accepted_depth(tokens: list[int], parents: list[int], committed: list[int]) -> tuple[int, int]:
+    """(depth of the draft's deepest node on the committed path, depths offered: one more where that node has
+    children). `committed`: the tokens committed after the draft's root."""
+    node, depth = -1, 0
+    for token in committed:
+        child = next((i for i, p in enumerate(parents) if p == node and tokens[i] == token), None)
+        if child is None:
+            break
+        node, depth = child, depth + 1
+    return depth, depth + int(any(p == node for p in parents))
+
+
+class HybridProposer:
+    """Suffix candidates merged with `drafter`'s draft in one tree; the drafter is skipped where it does not pay.
+
+    `verify_cost`: t(n) in seconds (`calibrate` measures it); it is shared with the suffix proposer."""
+
+    def __init__(self, suffix: SuffixProposer, drafter: Proposer, verify_cost: dict[int, float] | None = None):
+        self.suffix, self.drafter = suffix, drafter
+        self.required_layers = list(drafter.required_layers)
+        self.verifier = getattr(drafter, "verifier", None)  # Medusa-2: its tuned target verifies
+        self.verify_cost = verify_cost
+        if verify_cost is not None:
+            suffix.verify_cost = verify_cost
+        self.by_depth: list[list[int]] = []  # the drafter's own drafts: per depth [accepted, offered]
+        self.draft_seconds: deque[float] = deque(maxlen=16)
+        self.draft_sizes: deque[int] = deque(maxlen=16)
+        self.passes: Counter[str] = Counter()  # merged / suffix / drafter / plain
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new request (the suffix proposer remembers the last one's output); measurements are kept."""
+        self.suffix.reset()
+        self.drafter.reset()
+        self.pending: tuple[int, list[int], list[int]] | None = None
+        self.warm = False  # a request's first draft also runs the drafter over the prompt: not a typical cost
+
+    def calibrate(self, target, longest: int) -> dict[int, float]:
+        """Measure the verify cost of 1 .. longest + 1 tokens (the suffix's own cut) and of 2 * longest + 1 (both
+        sources at full size; between them linear), in seconds; a few seconds."""
+        sizes = [*range(1, longest + 2), 2 * longest + 1]
+        context = torch.randint(0, target.vocab_size, (1, max(256, 2 * sizes[-1])),
+                                generator=torch.Generator().manual_seed(0))
+        self.verify_cost = self.suffix.verify_cost = verify_cost_curve(target, sizes, context)
+        return self.verify_cost
+
+    def describe(self) -> dict:
+        """Both sources, how passes were drafted, and what the skip decision reads, for reports."""
+        rates = [round((a + 3) / (o + 4), 3) for a, o in self.by_depth]
+        return {"kind": "hybrid", "suffix": self.suffix.describe(), "drafter": self.drafter.describe(),
+                "passes": dict(self.passes), "drafter_acceptance_by_depth": rates,
+                "drafter_ms_median": round(1e3 * median(self.draft_seconds), 3) if self.draft_seconds else None,
+                "skips_drafter": self.verify_cost is not None}
+
+    def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
+        """Suffix candidates, the drafter's draft, or both merged into one tree."""
+        committed = state.tokens[0].tolist()
+        self._learn(committed)
+        found = self.suffix.candidates(state, shape)
+        if not self._worth_drafting(found, shape):
+            self.passes["suffix" if found.tokens else "plain"] += 1
+            return found.draft()
+        start = time.perf_counter()
+        draft = self.drafter.propose(state, shape, sampling)
+        if self.warm:
+            self.draft_seconds.append(time.perf_counter() - start)
+        self.warm = True
+        self.draft_sizes.append(len(draft))
+        if len(draft):
+            self.pending = (len(committed), draft.tokens.tolist(), _parents_of(draft))
+        if not found.tokens:  # the drafter's own draft, with its q when it sampled
+            self.passes["drafter"] += 1
+            return draft
+        self.passes["merged"] += 1
+        return merge(found, draft)
+
+    def _worth_drafting(self, found: Candidates, shape: DraftShape) -> bool:
+        if self.verify_cost is None:
+            return True
+        budget = shape.length if shape.tree is None else shape.tree[2]
+        nodes = median(self.draft_sizes) if self.draft_sizes else budget
+        reach = max(round(nodes), 1) if shape.tree is None else shape.tree[0]  # a cut-short drafter may lengthen again
+        expected, through = 0.0, 1.0
+        for depth in range(reach):
+            accepted, offered = self.by_depth[depth] if depth < len(self.by_depth) else (0, 0)
+            through *= (accepted + 3) / (offered + 4)  # an optimistic start: 3 of 4
+            expected += through
+        first = sum(score for score, parent in zip(found.scores, found.parents) if parent < 0)
+        seconds = median(self.draft_seconds) if self.draft_seconds else 0.0
+        return drafting_pays(sum(found.scores), first, len(found.tokens), expected, nodes, seconds, self.verify_cost)
+
+    def _learn(self, committed: list[int]) -> None:
+        """Per-depth acceptance of the drafter's previous draft, read off the committed tokens; under greedy
+        decoding exactly what the drafter alone would have had accepted."""
+        if self.pending is None:
+            return
+        at, tokens, parents = self.pending
+        self.pending = None
+        accepted, offered = accepted_depth(tokens, parents, committed[at:])
+        while len(self.by_depth) < offered:
+            self.by_depth.append([0, 0])
+        for depth in range(offered):
+            self.by_depth[depth][1] += 1
+            self.by_depth[depth][0] += depth < accepted

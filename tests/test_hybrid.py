@@ -1,0 +1,186 @@
+"""The hybrid proposer: merged trees, the skip decision, greedy output identical to plain decoding on tiny Llama
+and Qwen3 targets with a trained-ish EAGLE drafter, and lossless sampling with mixed trees (chi-square)."""
+
+import pytest
+import torch
+from test_decoder_sampling import chi2_pvalue, exact_marginals, small_vocab_target
+from test_eagle_decode import frozen, train_on_own_output
+from tiny import tiny_target
+
+from draftsmith.drafters import Draft, DraftShape, Sampling, eagle
+from draftsmith.drafters.hybrid import HybridProposer, accepted_depth, drafting_pays, merge, pass_cost
+from draftsmith.drafters.suffix import Candidates, Config, SuffixProposer
+from draftsmith.eval import decoder
+from draftsmith.eval.decoder import plain_generate, speculative_generate
+
+
+# --------------------------------------------------------------------------- pieces
+def test_merge_shares_common_prefixes():
+    suffix = Candidates([5, 6, 7], [-1, 0, 1], [0.9, 0.8, 0.7])
+    merged = merge(suffix, Draft(torch.tensor([5, 6, 9, 1])))  # agrees on 5 6, then branches
+    assert merged.tokens.tolist() == [5, 6, 7, 9, 1] and merged.parents.tolist() == [-1, 0, 1, 1, 3]
+    assert merged.probs is None  # candidates are one-hot in a tree
+    inside = merge(suffix, Draft(torch.tensor([5, 6]), probs=torch.rand(2, 10)))
+    assert inside.tokens.tolist() == [5, 6, 7] and inside.parents is None and inside.probs is None
+    tree = merge(Candidates([], [], []), Draft(torch.tensor([3, 4, 4]), torch.tensor([-1, -1, 0])))
+    assert tree.tokens.tolist() == [3, 4, 4] and tree.parents.tolist() == [-1, -1, 0]
+
+
+def test_accepted_depth_walks_the_committed_path():
+    tokens, parents = [5, 8, 6, 7], [-1, -1, 0, 2]  # 5-6-7 and 8
+    assert accepted_depth(tokens, parents, [5, 6, 1]) == (2, 3)  # 7 was offered at depth 3 and missed
+    assert accepted_depth(tokens, parents, [5, 6, 7, 2]) == (3, 3)  # the whole path: nothing deeper offered
+    assert accepted_depth(tokens, parents, [8, 1]) == (1, 1)
+    assert accepted_depth(tokens, parents, [2]) == (0, 1)
+
+
+def test_pass_cost_interpolates_the_measured_curve():
+    cost = {1: 1.0, 2: 1.5, 5: 2.1, 9: 2.5}
+    assert pass_cost(cost, 2) == 1.5 and pass_cost(cost, 7) == pytest.approx(2.3)
+    assert pass_cost(cost, 13) == pytest.approx(2.9)  # beyond: the last slope
+
+
+def test_the_drafter_runs_only_where_it_pays():
+    flat = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 20)}
+    no_match = {"expected_suffix": 0.0, "suffix_first": 0.0, "suffix_nodes": 0}
+    confident = {"expected_suffix": 3.6, "suffix_first": 0.97, "suffix_nodes": 4}
+    assert drafting_pays(**no_match, expected_drafter=2.0, drafter_nodes=4, drafter_seconds=0.01, cost=flat)
+    assert not drafting_pays(**confident, expected_drafter=2.0, drafter_nodes=4, drafter_seconds=0.01, cost=flat)
+    assert not drafting_pays(**no_match, expected_drafter=2.0, drafter_nodes=4, drafter_seconds=3.0, cost=flat)
+    assert not drafting_pays(**no_match, expected_drafter=0.2, drafter_nodes=4, drafter_seconds=0.0, cost=flat)
+
+
+# --------------------------------------------------------------------------- greedy: identical to plain
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_hybrid_greedy_equals_plain_and_skips_the_drafter_on_some_passes(arch):
+    target = frozen(tiny_target(arch))
+    with torch.no_grad():
+        target.model.get_output_embeddings().weight.mul_(30)  # a peaked target that repeats itself
+    torch.manual_seed(0)
+    prompt = torch.tensor([[257, 40, 41, 42, 43, 40, 41, 42, 44, 40, 41]])
+    plain = plain_generate(target, prompt, Sampling(), 40, eos=set()).tokens
+    drafter = train_on_own_output(target, eagle.create(eagle.Config(ttt_steps=3), target), prompt, plain[:20])
+    # seconds per pass: one extra draft node costs a tenth of a pass; the tiny drafter's milliseconds are nothing
+    cost = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 24)}
+    for shape in (DraftShape(4), DraftShape(tree=(4, 3, 10))):
+        hybrid = HybridProposer(SuffixProposer(), drafter.proposer(target), verify_cost=cost)
+        result = speculative_generate(target, hybrid, prompt, shape, Sampling(), 40, eos=set())
+        assert result.tokens == plain
+        passes = hybrid.passes
+        assert passes["drafter"] + passes["merged"] > 0 and passes["suffix"] > 0, passes
+        assert sum(passes.values()) == len(result.cycles)
+        assert sum(c.accepted for c in result.cycles) > 10
+    # without a cost curve the drafter runs every pass, merged with the suffix candidates where there are some
+    hybrid = HybridProposer(SuffixProposer(), drafter.proposer(target))
+    assert speculative_generate(target, hybrid, prompt, DraftShape(4), Sampling(), 40, eos=set()).tokens == plain
+    assert hybrid.passes["merged"] > 0 and set(hybrid.passes) <= {"merged", "drafter"}
+
+
+# --------------------------------------------------------------------------- sampling: lossless with mixed trees
+def random_eagle(target):
+    drafter = eagle.create(eagle.Config(layers=[0, 1, 2]), target)
+    with torch.no_grad():  # q must differ from p for a wrong rule to show
+        for parameter in drafter.parameters():
+            if parameter.dtype.is_floating_point:
+                parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(3)) * 0.5)
+    return drafter.proposer(target, torch.Generator().manual_seed(1))
+
+
+class SuffixWithDrafterQ(HybridProposer):
+    """The bug the point-mass rule prevents: suffix tokens sent as a chain with the drafter's q as their draft
+    distribution. They were not drawn from q, so accepting with min(1, p/q) favours them."""
+
+    def propose(self, state, shape, sampling):
+        found = self.suffix.candidates(state, shape)
+        draft = self.drafter.propose(state, shape, sampling)
+        if not found.tokens or draft.probs is None:
+            return draft
+        kept = min(len(found.tokens), len(draft))
+        return Draft(torch.tensor(found.tokens[:kept]), probs=draft.probs[:kept])
+
+
+CASES = {"chain": (HybridProposer, DraftShape(2)), "tree": (HybridProposer, DraftShape(tree=(2, 2, 4))),
+         "broken": (SuffixWithDrafterQ, DraftShape(2))}
+
+
+@pytest.mark.parametrize("case", ["chain", "tree", pytest.param("broken", marks=pytest.mark.slow)])
+def test_hybrid_sampling_matches_plain_end_to_end(case):
+    """The drafter runs every pass (no cost curve): passes where the suffix matches send merged one-hot trees, the
+    others the EAGLE drafter's own draft (a chain with its q, or its tree)."""
+    target = small_vocab_target(0, num_layers=4)
+    target.tokenizer = None
+    prompt = torch.tensor([[1, 2, 3, 4, 1, 2, 3]])
+    sampling = Sampling(1.0)
+    p1, p2 = exact_marginals(target, prompt, sampling)
+    kind, shape = CASES[case]
+    hybrid = kind(SuffixProposer(Config(max_match=3)), random_eagle(target))
+    generator = torch.Generator().manual_seed(0)
+    runs = [decoder.speculative_generate(target, hybrid, prompt, shape, sampling, 3, set(), generator)
+            for _ in range(600)]
+    pvalues = chi2_pvalue([r.tokens[1] for r in runs], p1), chi2_pvalue([r.tokens[2] for r in runs], p2)
+    if case == "broken":
+        assert min(pvalues) < 1e-6
+        return
+    assert hybrid.passes["merged"] > 300 and hybrid.passes["drafter"] > 300, hybrid.passes
+    largest = 2 if shape.tree is None else shape.tree[2]
+    merged = sum(1 for r in runs for c in r.cycles if c.drafted > largest)
+    assert merged > 100, "merged drafts must branch beyond either source for the test to mean anything"
+    assert min(pvalues) > 1e-3
+
+
+@pytest.mark.parametrize("shape_flags", [["--draft-length", "3"], ["--tree", "3,2,6"]], ids=["chain", "tree"])
+def test_eval_command_decodes_with_suffix_and_hybrid_losslessly(tmp_path, shape_flags):
+    """`draftsmith eval --drafter suffix` and `--drafter hybrid:FOLDER` (an EAGLE-3 drafter saved as training writes
+    it), with a cross-request cache file: every output equals plain decoding, and the cache file is written."""
+    import json
+
+    from draftsmith import cli
+    from draftsmith.drafters import eagle
+    from tiny import byte_tokenizer, tiny_model
+
+    folder = tmp_path / "target"
+    tiny_model("llama").save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    from draftsmith.target import load_target
+
+    target = load_target(str(folder))
+    eagle.create(eagle.Config(variant="eagle3", ttt_steps=2), target).save_pretrained(tmp_path / "drafter")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("abc abc abc abc", "one two one two one")))
+    for drafter in ("suffix", f"hybrid:{tmp_path / 'drafter'}"):
+        out = tmp_path / drafter.split(":")[0]
+        code = cli.main(["eval", "--target", str(folder), "--drafter", drafter, "--prompts", str(prompts),
+                         "--num-prompts", "2", "--max-new-tokens", "12", "--out", str(out), "--no-transformers-baseline",
+                         "--suffix-cache-tokens", "1000", "--suffix-cache-file", str(out / "cache.bin"), *shape_flags])
+        assert code == 0
+        results = json.loads((out / "results.json").read_text())
+        assert results["lossless"] == {"checked": 2, "identical": 2}, drafter
+        assert (out / "cache.bin").is_file()
+    assert cli.main(["eval", "--target", str(folder), "--drafter", "hybrid:prompt-lookup", "--prompts", str(prompts),
+                     "--out", str(tmp_path / "x")]) == 2
+
+
+def test_a_recipe_reports_drafter_suffix_and_hybrid_side_by_side(tmp_path):
+    """report.methods: the final report decodes with best/ alone, suffix matching alone and the hybrid of both,
+    each lossless, and writes the table that sets them side by side."""
+    import json
+
+    import yaml
+
+    from draftsmith import cli
+    from test_train import recipe_dict, write_assets
+
+    assets = write_assets(tmp_path / "assets")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"count from {k}"}) + "\n" for k in (3, 11)))
+    recipe = recipe_dict(assets, "eagle3", max_steps=2, checkpoint_every=2, eval_every=2)
+    recipe["report"] = {"num_prompts": 2, "prompts": str(prompts), "max_new_tokens": 10, "draft_length": 3,
+                        "transformers_baseline": False, "methods": ["drafter", "suffix", "hybrid"]}
+    recipe["output_dir"] = str(tmp_path / "run")
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    assert cli.main(["train", str(tmp_path / "recipe.yaml")]) == 0
+    for method in ("drafter", "suffix", "hybrid"):
+        results = json.loads((tmp_path / "run" / "eval" / method / "results.json").read_text())
+        assert results["lossless"] == {"checked": 2, "identical": 2}, method
+    table = (tmp_path / "run" / "eval" / "methods.md").read_text()
+    assert all(f"| {method} |" in table for method in ("drafter", "suffix", "hybrid"))
