@@ -9,9 +9,10 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from test_export_support import draft_vocab
 from tiny import save_target, tiny_target
+from test_export_support import rewrite
 
 from draftsmith.cli import main
 from draftsmith.data.vocab import DraftVocab
@@ -255,17 +256,6 @@ def copy_export(world, name, fmt, tmp_path):
     return folder
 
 
-def edit(folder, config_edit=None, tensor_edit=None):
-    if config_edit:
-        config = json.loads((folder / "config.json").read_text())
-        config_edit(config)
-        (folder / "config.json").write_text(json.dumps(config))
-    if tensor_edit:
-        tensors = load_file(str(folder / "model.safetensors"))
-        tensor_edit(tensors)
-        save_file(tensors, str(folder / "model.safetensors"))
-
-
 def test_a_library_written_eagle3_checkpoint_reads_as_ours(world, tmp_path):
     """What the speculators library itself writes: version stamps, defaults left out of the layer config,
     transformers-4 RoPE keys, and the verifier's embedding (`--include-embedding`), checked against the target's."""
@@ -281,9 +271,9 @@ def test_a_library_written_eagle3_checkpoint_reads_as_ours(world, tmp_path):
         config.update(speculators_version="0.9.0", transformers_version="4.57.0", torch_dtype="float32",
                       norm_before_fc=False, fc_norm=False, norm_output=False, embed_requires_grad=False)
 
-    edit(folder, library_config, lambda tensors: tensors.update({"embed_tokens.weight": embedding}))
+    rewrite(folder, library_config, lambda tensors: tensors.update({"embed_tokens.weight": embedding}))
     assert decode(folder, target) == decode(folders["eagle3", "source"], target)
-    edit(folder, tensor_edit=lambda tensors: tensors.update({"embed_tokens.weight": embedding + 1e-2}))
+    rewrite(folder, tensor_edit=lambda tensors: tensors.update({"embed_tokens.weight": embedding + 1e-2}))
     with pytest.raises(DraftsmithError, match="embed_tokens.weight .* is not this target's input embedding"):
         load_drafter(str(folder), target)
 
@@ -291,7 +281,7 @@ def test_a_library_written_eagle3_checkpoint_reads_as_ours(world, tmp_path):
 @pytest.mark.parametrize("option", ["norm_output", "fc_norm", "norm_before_fc"])
 def test_eagle3_options_our_drafter_does_not_compute_are_refused(world, tmp_path, option):
     folder = copy_export(world, "eagle3", "speculators", tmp_path)
-    edit(folder, lambda config: config.update({option: True}))
+    rewrite(folder, lambda config: config.update({option: True}))
     with pytest.raises(DraftsmithError, match=f"uses {option} .*does not compute"):
         load_drafter(str(folder), world[0])
 
@@ -305,21 +295,21 @@ def test_vllm_medusa_heads_without_biases_read_as_zero_biases(world, tmp_path):
         for name in [n for n in tensors if n.endswith(".bias")]:
             biases[name] = tensors.pop(name)
 
-    edit(folder, lambda config: config.update(medusa_fc_bias=False), drop_biases)
+    rewrite(folder, lambda config: config.update(medusa_fc_bias=False), drop_biases)
     proposer = load_drafter(str(folder), target)
     assert biases and all(not block.linear.bias.any() for head in proposer.drafter.blocks for block in head.layers)
 
 
 def test_an_mtp_folder_whose_final_norm_is_not_the_targets_is_refused(world, tmp_path):
     folder = copy_export(world, "mtp", "speculators", tmp_path)
-    edit(folder, tensor_edit=lambda t: t["mtp_layers.0.final_layernorm.weight"].mul_(2))
+    rewrite(folder, tensor_edit=lambda t: t["mtp_layers.0.final_layernorm.weight"].mul_(2))
     with pytest.raises(DraftsmithError, match="final_layernorm.weight .* is not this target's final norm"):
         load_drafter(str(folder), world[0])
 
 
 def test_a_dspark_folder_that_samples_from_its_anchor_is_refused(world, tmp_path):
     folder = copy_export(world, "dspark", "speculators", tmp_path)
-    edit(folder, lambda config: config.pop("sample_from_anchor"))  # the library's DSpark default is true
+    rewrite(folder, lambda config: config.pop("sample_from_anchor"))  # the library's DSpark default is true
     with pytest.raises(DraftsmithError, match="sample_from_anchor: true"):
         load_drafter(str(folder), world[0])
 
@@ -328,7 +318,7 @@ def test_a_dflash_reference_folder_reads_the_references_default_layer_ids(world,
     """Without dflash_config.target_layer_ids the reference reads one layer per draft layer (the middle one for a
     single draft layer); so does our reader, which then finds the 3-layer fc of this folder does not fit them."""
     folder = copy_export(world, "dflash", "dflash", tmp_path)
-    edit(folder, lambda config: config["dflash_config"].pop("target_layer_ids"))
+    rewrite(folder, lambda config: config["dflash_config"].pop("target_layer_ids"))
     with pytest.raises(DraftsmithError, match="dflash-reference.*fc.weight.*\\[64, 192\\].*\\[64, 64\\]"):
         load_drafter(str(folder), world[0])
 
