@@ -130,10 +130,12 @@ def write_capture(config: CaptureConfig, target=None) -> dict | None:
     todo = sum(lengths[i] for k in mine for i in _shard_ids(k, config.samples_per_shard, len(split)))
     # target forwards this process will make: every process of a sharded target must make as many (decided before
     # the first one, since a collective here would meet another process's forward)
-    passes = sum(len(batches_by_tokens(lengths, _shard_ids(k, config.samples_per_shard, len(split)),
-                                       config.max_batch_tokens, config.max_batch_size))
-                 for k in mine if not (out / _shard(k)).is_file())
-    idle_passes = _passes_short_of_the_group(passes) if target.sharded else 0
+    idle_passes = 0
+    if target.sharded:
+        idle_passes = _passes_short_of_the_group(sum(
+            len(batches_by_tokens(lengths, _shard_ids(k, config.samples_per_shard, len(split)),
+                                  config.max_batch_tokens, config.max_batch_size))
+            for k in mine if not (out / _shard(k)).is_file()))
     with tqdm(total=todo, desc=f"capture[{ranks.rank}]", unit="tok", unit_scale=True,
               disable=ranks.rank != 0, mininterval=1.0) as bar:
         for k in mine:
