@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
     """Print the facts about a target, or about a drafter folder (and whether --target fits it)."""
     from draftsmith.target import load_target
 
-    if _is_drafter(args.subject, args.target is not None):
-        facts = _drafter_facts(args)
+    folder = _drafter_folder(args.subject, args.target is not None)
+    if folder is not None:
+        facts = _drafter_facts(args, folder)
     else:
         if args.target is not None:
             raise DraftsmithError(f"--target is for drafter folders; '{args.subject}' is a target model.")
@@ -83,30 +84,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_drafter(subject: str, asked: bool) -> bool:
-    """Whether `subject` is a drafter folder. A plain model folder is a target, unless --target makes it a draft
-    model; with --target every folder must be a drafter (detection errors name what was found)."""
-    from pathlib import Path
-
+def _drafter_folder(subject: str, asked: bool):
+    """The folder of `subject` when it is a drafter (a folder or a hub id), else None. A plain model is a target,
+    unless --target makes it a draft model; with --target every subject must be a drafter (detection errors name
+    what was found)."""
     from draftsmith.export import readers
+    from draftsmith.hub import drafter_folder, is_hub_id
 
-    folder = Path(subject).expanduser()
+    try:
+        folder = drafter_folder(subject)
+    except DraftsmithError:
+        if asked:
+            raise
+        return None  # a hub id that is not at hand: a target's loader says why in its own words
     if not (folder / "config.json").is_file():
-        return False
+        if asked and is_hub_id(subject):
+            raise DraftsmithError(f"'{subject}' has no config.json: not a drafter this command can describe.")
+        return None
     try:
         layout = readers.detect(readers.read_config(folder), folder)
     except DraftsmithError:
         if asked:
             raise
-        return False
-    return asked or layout != "hf"
+        return None
+    return folder if asked or layout != "hf" else None
 
 
-def _drafter_facts(args: argparse.Namespace) -> dict:
+def _drafter_facts(args: argparse.Namespace, folder) -> dict:
     """kind, layout, the target a drafter folder expects, its size; with --target whether it fits and the coverage."""
     from draftsmith.export import readers
 
-    expected = readers.expectations(args.subject)
+    expected = readers.expectations(folder)
     vocab = expected.vocab_size
     facts = {
         "drafter": args.subject, "layout": expected.layout, "kind": expected.kind, "variant": expected.variant,
@@ -124,16 +132,16 @@ def _drafter_facts(args: argparse.Namespace) -> dict:
     from draftsmith.target import load_target
 
     target = load_target(args.target, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
-    readers.check_fit(args.subject, expected, target)  # refuses here, before any drafter weight is read
+    readers.check_fit(folder, expected, target)  # refuses here, before any drafter weight is read
     if expected.kind == "draft_lm":
         from transformers import AutoTokenizer
 
         from draftsmith.drafters.draft_lm import check_same_tokenizer
 
-        check_same_tokenizer(AutoTokenizer.from_pretrained(args.subject), target.tokenizer, args.subject, target.name)
+        check_same_tokenizer(AutoTokenizer.from_pretrained(folder), target.tokenizer, args.subject, target.name)
     facts["target"] = f"{args.target}: fits (hidden size {target.hidden_size}, vocabulary {target.vocab_size}, " \
                       f"{target.num_layers} layers)"
-    facts["coverage"] = _coverage(readers.draft_token_ids(args.subject, expected), target, args.prompts)
+    facts["coverage"] = _coverage(readers.draft_token_ids(folder, expected), target, args.prompts)
     return facts
 
 

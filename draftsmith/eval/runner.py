@@ -11,7 +11,6 @@ import difflib
 import os
 import platform
 import time
-from pathlib import Path
 
 import torch
 
@@ -20,8 +19,9 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.eval import metrics
 from draftsmith.eval.decoder import Generation, eos_ids, plain_generate, speculative_generate
 
-DRAFTER_FORMS = ("'prompt-lookup', 'suffix', 'hf:<model folder, .gguf or hub id>', a drafter folder: draftsmith's own "
-                 "or any layout `draftsmith export` writes (speculators, SGLang, DFlash, vLLM Medusa, hf), or "
+DRAFTER_FORMS = ("'prompt-lookup', 'suffix', 'hf:<model folder, .gguf or hub id>', a drafter folder or hub id "
+                 "(org/name[@revision]): draftsmith's own or any layout `draftsmith export` writes (speculators, "
+                 "SGLang, DFlash, vLLM Medusa, hf), or "
                  "'hybrid:<drafter folder or hf:model>' (suffix matching and that drafter in one tree per pass)")
 
 
@@ -42,7 +42,9 @@ def drafter_kind(spec: str) -> str:
         if not spec[3:]:
             raise DraftsmithError("Drafter 'hf:' needs a model after the colon, e.g. hf:path/to/model.")
         return "hf"
-    folder = Path(spec).expanduser()
+    from draftsmith.hub import drafter_folder
+
+    folder = drafter_folder(spec)
     if not folder.is_dir():
         close = difflib.get_close_matches(spec, ["prompt-lookup", "suffix"], n=1, cutoff=0.6)
         hint = f" Did you mean '{close[0]}'?" if close else ""
@@ -91,8 +93,9 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
 
         return draft_lm.load_proposer(spec[3:], target)
     from draftsmith.export import readers
+    from draftsmith.hub import drafter_folder
 
-    proposer = readers.load_proposer(Path(spec).expanduser(), target)
+    proposer = readers.load_proposer(drafter_folder(spec), target)
     if confidence_cut is not None:
         if not getattr(proposer, "can_cut", False):
             raise DraftsmithError(f"--confidence-cut: this {kind} drafter has no confidences to cut its drafts by "

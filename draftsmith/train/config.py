@@ -150,6 +150,17 @@ class EvalSection:
     """what keeps best/: implied = the chain τ that the per-step top-1 accuracies over all eval.batches held-out
     batches imply (thousands of positions); decoded = τ of the validation decode of eval.num_prompts prompts (a
     few prompts: it can flip on noise). The validation decode is logged either way when num_prompts > 0"""
+    also: dict[str, str] = field(default_factory=dict)
+    """more held-out sets validated beside the recipe's own, name -> folder written by `draftsmith prepare` (its eval
+    split), e.g. {code: runs/{target}/data-code}: each gets the same per-step accuracy and implied τ, logged as
+    NAME/acc_0, NAME/implied_acceptance_length, ...; best/ is still kept by the recipe's own held-out split. For a
+    fine-tune (init_from), name the data the checkpoint learned from, so that a loss on the old distribution shows"""
+
+    def validate(self) -> None:
+        bad = [name for name in self.also if not name or "/" in name or name in ("train", "eval")]
+        if bad:
+            raise DraftsmithError(f"eval.also: {', '.join(map(repr, bad))} cannot name a held-out set (a name is "
+                                  "logged as NAME/acc_0: no '/', not train or eval).")
 
 
 @dataclass
@@ -234,6 +245,7 @@ class TrainConfig:
             value = getattr(owner, key)
             if isinstance(value, str) and "{target}" in value:
                 setattr(owner, key, value.replace("{target}", slug))
+        self.eval.also = {name: folder.replace("{target}", slug) for name, folder in self.eval.also.items()}
 
     def validate(self) -> None:
         kind, options = drafter_config(self.drafter)  # fail early on unknown kinds or options

@@ -14,7 +14,7 @@ of 64%), while the order stays a pure function of (seed, sample counter).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -35,6 +35,7 @@ class TrainingData:
     add_features: Callable[[Batch], Batch]  # online capture (target forward) or identity for shards
     prompts: list[list[int]]  # held-out prompts for the validation decode
     topk_memory: TopkMemory | None = None  # online top-k kept across epochs; checkpoints save it per process
+    also: dict[str, Sequence[dict]] = field(default_factory=dict)  # more held-out sets by name (eval.also)
 
 
 class SampleOrder:
@@ -228,7 +229,14 @@ def build_training_data(config, target, layers: list[int], num_prompts: int) -> 
         return captured
 
     prompts = [prompt_of(held_out[i]) for i in range(min(num_prompts, len(held_out)))]
+    also = {}
+    for name, folder in config.eval.also.items():
+        splits = load_prepared(folder, target)
+        if "eval" not in splits or len(splits["eval"]) == 0:
+            raise DraftsmithError(f"eval.also.{name}: '{folder}' has no held-out (eval) split to validate on; prepare "
+                                  "it with prepare.eval_fraction above 0.")
+        also[name] = TokenDataset(splits["eval"])
     return TrainingData(
         train=train, eval=held_out, collate=lambda items: collate(items, pad_id=pad_id),
-        add_features=add_features, prompts=prompts, topk_memory=remembered,
+        add_features=add_features, prompts=prompts, topk_memory=remembered, also=also,
     )

@@ -41,8 +41,9 @@ def starting_drafter(kind: str, section: dict, folder: str | Path, target, recip
     `section`: the recipe's drafter section (its explicit keys are checked against the checkpoint's architecture);
     `recipe_vocab`: the vocabulary `data.draft_vocab` (`vocab_source`) names, refused unless it is the checkpoint's."""
     from draftsmith.export import readers
+    from draftsmith.hub import drafter_folder
 
-    folder = Path(folder).expanduser()
+    folder = drafter_folder(str(folder))
     expected = readers.expectations(folder)
     if expected.kind != kind:
         raise DraftsmithError(f"init_from: '{folder}' holds a {expected.kind} drafter ({expected.layout}); this recipe "

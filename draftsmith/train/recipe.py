@@ -364,11 +364,15 @@ class TrainRecipe:
         with checkpoint.preserved_rng():  # validation must not change the training trajectory
             self.model.eval()
             with self.target.gathered():
-                record = {"step": self.step, **self._held_out_metrics()}
+                record = {"step": self.step, **self._held_out_metrics(self.data.eval)}
+                for name, held_out in self.data.also.items():  # eval.also: the same figures on more held-out sets
+                    record.update({f"{name}/{k}": v for k, v in self._held_out_metrics(held_out).items()})
             self.model.train()
-            accuracies = step_accuracies(record)
-            if accuracies:
-                record["implied_acceptance_length"] = implied_acceptance_length(accuracies)
+            for prefix in ("", *(f"{name}/" for name in self.data.also)):
+                accuracies = step_accuracies({k.removeprefix(prefix): v for k, v in record.items()
+                                              if k.startswith(prefix)})
+                if accuracies:
+                    record[f"{prefix}implied_acceptance_length"] = implied_acceptance_length(accuracies)
             drafter = self.accelerator.unwrap_model(self.model).drafter
             if hasattr(drafter, "use_held_out"):  # a kind that shapes its drafts from held-out figures (Medusa's tree)
                 drafter.use_held_out(record)
@@ -381,9 +385,9 @@ class TrainRecipe:
         self._log_validation(record)
         return record
 
-    def _held_out_metrics(self) -> dict:
-        """Token-weighted means of the drafter's metrics over the first eval.batches held-out batches."""
-        batch_size, held_out = self.config.data.batch_size, self.data.eval
+    def _held_out_metrics(self, held_out) -> dict:
+        """Token-weighted means of the drafter's metrics over the first eval.batches batches of `held_out`."""
+        batch_size = self.config.data.batch_size
         count = min(self.config.eval.batches, math.ceil(len(held_out) / batch_size))
         if count == 0:
             return {}
