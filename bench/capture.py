@@ -35,6 +35,8 @@ from draftsmith.data.offline import CaptureConfig, write_capture  # noqa: E402
 from draftsmith.data.prepared import PrepareConfig, load_prepared, prepare  # noqa: E402
 from draftsmith.target import load_target, parse_dtype  # noqa: E402
 
+import records  # bench/: the shared command line and the run's record
+
 
 def forward_only(target, split, config) -> float:
     """Seconds for the bare target forward over the batches capture uses."""
@@ -62,7 +64,6 @@ def capture_once(target, config, out: Path) -> tuple[float, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", default="smollm2-135m-instruct")
     parser.add_argument("--data", default=None, help="prepared data folder (default: builtin:stdlib subset)")
     parser.add_argument("--samples", type=int, default=64, help="conversations from builtin:stdlib when no --data")
     parser.add_argument("--layers", default="eagle3")
@@ -73,7 +74,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--workdir", default=None, help="where shards are written (default: a temp folder)")
+    records.add_shared_options(parser, target="smollm2-135m-instruct", threads=0)
     args = parser.parse_args()
+    records.apply_threads(args)
 
     target = load_target(args.target, dtype=args.target_dtype, device=args.device)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-capture-"))
@@ -110,6 +113,7 @@ def main() -> None:
     if args.device.startswith("cuda"):
         result["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     print(json.dumps(result))
+    records.write("capture", result, args)
     if args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -18,7 +18,7 @@ flush_denormals()  # as the CLI does: every bench that imports this file runs as
 
 PROBE_STEPS, PROBE_WARMUP = 16, 4
 """a probe run's steps, and its first steps left out of the rate: 6 steps after 2 warm-up ones misjudged one
-variant's rate by 1.7x (bench/train_levers.py)"""
+variant's rate by 1.7x (bench/studies/train_levers.py)"""
 
 
 def train(config, target) -> TrainRecipe:

@@ -37,22 +37,20 @@ from draftsmith.eval.runner import environment, hf_generate  # noqa: E402
 from draftsmith.target import load_target  # noqa: E402
 
 # ----------------------------------------------------------------------------- arguments
+import records  # bench/: the shared command line and the run's record
+
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-parser.add_argument("--target", default="smollm2-135m-instruct")
-parser.add_argument("--num-prompts", type=int, default=10)
-parser.add_argument("--max-new-tokens", type=int, default=128)
 parser.add_argument("--draft-length", type=int, default=10, help="k of generate(prompt_lookup_num_tokens=k) and of ours")
 parser.add_argument("--also-draft-length", type=int, nargs="*", default=[3],
                     help="more k values to run our prompt lookup at with a fixed length (every draft the full k)")
 parser.add_argument("--ngram", type=int, default=3, help="our prompt lookup: longest n-gram")
 parser.add_argument("--dtype", default="float32")
-parser.add_argument("--threads", type=int, default=0)
 parser.add_argument("--no-small-batch-linear", dest="small_batch_linear", action="store_false",
                     help="keep torch's own linear layers (default: W·xᵀ where measured faster, as draftsmith eval)")
-parser.add_argument("--out", help="also write the numbers as JSON here")
+records.add_shared_options(parser, target="smollm2-135m-instruct", num_prompts=10, max_new_tokens=128, threads=0,
+                           out=None, helps={"out": "also write the numbers as JSON here"})
 args = parser.parse_args()
-if args.threads:
-    torch.set_num_threads(args.threads)
+records.apply_threads(args)
 
 GREEDY = Sampling()
 target = load_target(args.target, dtype=args.dtype)
@@ -183,5 +181,6 @@ for name in drafts:
              f"{results['fraction_of_bound_at_actual_draft_sizes'][name]:.0%} of it" if name in bound_at_sizes else ""))
 if args.out:
     Path(args.out).write_text(json.dumps(results, indent=2, default=str) + "\n")
+records.write("decode", results, args)
 print("adaptive prompt lookup, acceptance per drafted token by match: "
       + ", ".join(f"{key} {rate:.2f}" for key, rate in adaptive.describe()["acceptance_by_match"].items()))

@@ -29,13 +29,16 @@ from draftsmith.drafters import DecodeState, DraftShape, Sampling, dflash, eagle
 from draftsmith.eval import small_batch  # noqa: E402
 from draftsmith.target import load_target  # noqa: E402
 
+import records  # bench/: the shared command line and the run's record
+
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--draft-vocab", required=True,
                     help="a prepared data folder with draft_vocab.safetensors (as the EAGLE-3 recipe's data.draft_vocab)")
 parser.add_argument("--cycles", type=int, default=40, help="drafting calls timed per shape (the first 5 not counted)")
 parser.add_argument("--rounds", type=int, default=3, help="rounds over all shapes, interleaved; the median of all")
-parser.add_argument("--target", default="smollm2-135m-instruct", help="target name, hub id, folder or .gguf")
+records.add_shared_options(parser, target="smollm2-135m-instruct", threads=0)
 args = parser.parse_args()
+records.apply_threads(args)
 
 torch.manual_seed(0)
 target = load_target(args.target)
@@ -89,3 +92,8 @@ print(f"{torch.get_num_threads()} threads; target {target.name}; draft vocabular
 print(f"{'drafter':<36} {'ms/call':>8} {'vs eagle3 chain 7':>18}")
 for name, times in measured.items():
     print(f"{name:<36} {statistics.median(times):8.2f} {statistics.median(times) / baseline:17.2f}x")
+medians = {name: statistics.median(times) for name, times in measured.items()}
+records.write("draft_cost", {"target": target.name, "draft_vocab_size": vocab.size, "rounds": args.rounds,
+                             "cycles": args.cycles, "threads": torch.get_num_threads(), "ms_per_call": medians,
+                             "baseline": "eagle3 chain 7",
+                             "vs_baseline": {name: ms / baseline for name, ms in medians.items()}}, args)

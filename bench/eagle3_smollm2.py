@@ -52,6 +52,8 @@ from draftsmith.train.recipe import TrainRecipe  # noqa: E402
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m" / "eagle3.yaml"
 
+import records  # bench/: the shared command line and the run's record
+
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--minutes", type=float, default=60.0, help="training wall-time budget per drafter")
 parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[8192, 16384], help="draft vocabulary sizes to compare")
@@ -61,18 +63,19 @@ parser.add_argument("--vocab-from", default=None,
 parser.add_argument("--narrow-to", type=int, nargs="*", default=[],
                     help="also decode chains with each trained head narrowed to its N most frequent tokens in the training "
                          "data (Drafter.narrow_vocab: no retraining; prices the head's size at decode time)")
-parser.add_argument("--num-prompts", type=int, default=40, help="HumanEval prompts decoded per drafter")
-parser.add_argument("--max-new-tokens", type=int, default=128)
 parser.add_argument("--draft-length", type=int, nargs="+", default=[2, 3], help="EAGLE-3 chain lengths decoded")
 parser.add_argument("--tree", nargs="*", default=["3,4,8"], help="EAGLE-3 trees decoded, each DEPTH,TOPK,TOTAL")
 parser.add_argument("--lookup-length", type=int, default=10, help="k of both prompt-lookup methods")
-parser.add_argument("--out", default="runs/bench-eagle3", help="where runs and bench.json go")
 parser.add_argument("--reuse", action="store_true",
                     help="skip the probe and training: decode with the drafters a previous run of this bench left in --out "
                          "(its training figures are carried over from that run's bench.json, written as soon as its training ended)")
 parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE",
                     help="extra overrides of the recipe for every drafter, e.g. drafter.ttt_steps=5")
+records.add_shared_options(parser, num_prompts=40, max_new_tokens=128, out="runs/bench-eagle3", threads=0,
+                           helps={"num_prompts": "HumanEval prompts decoded per drafter",
+                                  "out": "where runs and bench.json go"})
 args = parser.parse_args()
+records.apply_threads(args)
 out = Path(args.out)
 SHARED = [f"data.features={out / 'features'}", "report.num_prompts=0", *args.set]  # what every run here sees
 recipe = load(TrainConfig, RECIPE, SHARED)
@@ -223,6 +226,7 @@ summary = {
     "methods": rows, "environment": environment(target), "small_batch_linear": tuning,
 }
 (out / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
+records.write("eagle3_smollm2", summary, args)
 print(f"\nprepare {training['prepare_minutes'] or 0:.1f} min (0 when the data was already prepared); capture "
       f"{training.get('capture_minutes') or 0:.1f} min; "
       + ", ".join(f"v{size} trained {info['train_minutes']:.1f} min, {info.get('steps_trained')} of "

@@ -56,6 +56,8 @@ from draftsmith.train.validate import implied_acceptance_length, step_accuracies
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m"
 
+import records  # bench/: the shared command line and the run's record
+
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--families", nargs="+", default=["eagle3", "draft-lm"],
                     help="recipes of recipes/smollm2-135m/ to train and compare (file names without .yaml)")
@@ -67,8 +69,6 @@ parser.add_argument("--family", nargs="+", action="append", default=[], metavar=
                     help="an extra family to train and decode: a recipe with overrides under its own name (e.g. --family "
                          "dflash16 dflash drafter.block_size=16 report.draft_length=15); repeat the flag for more")
 parser.add_argument("--minutes", type=float, default=20.0, help="training wall-time budget per family")
-parser.add_argument("--num-prompts", type=int, default=40, help="HumanEval prompts decoded per method")
-parser.add_argument("--max-new-tokens", type=int, default=128)
 parser.add_argument("--draft-length", type=int, default=None,
                     help="chain length of every family (default: each recipe's report.draft_length, e.g. a DFlash "
                          "drafter's block size - 1)")
@@ -86,10 +86,12 @@ parser.add_argument("--without", nargs="*", default=[], choices=["generate", "lo
                     help="baselines to leave out: transformers generate() (speedups are then against our plain loop "
                          "only), prompt lookup")
 parser.add_argument("--lookup-length", type=int, default=10, help="longest prompt-lookup draft")
-parser.add_argument("--out", default="runs/bench-families", help="where the runs and bench.json go")
 parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE",
                     help="overrides of every family's recipe (data, prepare, budget-neutral options)")
+records.add_shared_options(parser, num_prompts=40, max_new_tokens=128, out="runs/bench-families", threads=0,
+                           helps={"out": "where the runs and bench.json go"})
 args = parser.parse_args()
+records.apply_threads(args)
 out = Path(args.out)
 GREEDY = Sampling()
 
@@ -210,6 +212,7 @@ summary = {"prepare_minutes": prepare_minutes, "minutes_per_family": args.minute
            "environment": environment(target), "small_batch_linear_rows": rows, "overrides": args.set}
 out.mkdir(parents=True, exist_ok=True)
 (out / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
+records.write("families", summary, args)
 print(f"\nprepare {prepare_minutes:.1f} min (0 when already prepared); peak RSS {peak_gib:.2f} GiB")
 for family, info in families.items():
     accuracy = ", ".join(f"{a:.3f}" for a in info["held_out_accuracy"])

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from draftsmith.data.capture import feature_bytes_per_token, read_safetensors_mmap
 
+import records  # bench/: the shared command line and the run's record
+
 OPTIONS = [  # (what a user chooses, layers stored, dtype, top-k logits)
     ("EAGLE-3 layers + last, bf16", 4, "bf16", 0),
     ("EAGLE-3 layers + last, bf16, top-8 logits", 4, "bf16", 8),
@@ -54,6 +56,7 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=100_000, help="training conversations")
     parser.add_argument("--tokens-per-conversation", type=int, default=1000, help="mean tokens per conversation")
     parser.add_argument("--check", type=Path, help="compare the formula with this capture folder instead")
+    records.add_shared_options(parser)
     args = parser.parse_args()
     if args.check:
         check(args.check)
@@ -63,9 +66,17 @@ def main() -> None:
           f"{args.tokens_per_conversation} tokens = {tokens:.3g} tokens")
     print("| features stored | bytes per token | whole capture | online (data.online) |")
     print("|---|---|---|---|")
+    options = []
     for label, layers, dtype, topk in OPTIONS:
         per_token = feature_bytes_per_token(args.hidden_size, layers, dtype, topk)
-        print(f"| {label} | {per_token:,} | {human(per_token * tokens + 16 * args.conversations)} | 0 B |")
+        whole = per_token * tokens + 16 * args.conversations
+        print(f"| {label} | {per_token:,} | {human(whole)} | 0 B |")
+        options.append({"features": label, "layers": layers, "dtype": dtype, "topk_logits": topk,
+                        "bytes_per_token": per_token, "capture_bytes": whole})
+    records.write("feature_storage", {"hidden_size": args.hidden_size, "num_layers": args.num_layers,
+                                      "conversations": args.conversations,
+                                      "tokens_per_conversation": args.tokens_per_conversation, "tokens": tokens,
+                                      "options": options}, args)
 
 
 if __name__ == "__main__":

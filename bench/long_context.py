@@ -38,20 +38,18 @@ from draftsmith.eval.runner import environment, load_drafter  # noqa: E402
 from draftsmith.target import load_target  # noqa: E402
 
 # ----------------------------------------------------------------------------- arguments
+import records  # bench/: the shared command line and the run's record
+
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-parser.add_argument("--target", default="smollm2-135m-instruct")
 parser.add_argument("--drafter", required=True, help="a trained drafter folder (e.g. runs/quick/best)")
 parser.add_argument("--contexts", type=int, nargs="+", default=[256, 2048, 8192], help="tokens of code before each prompt")
-parser.add_argument("--num-prompts", type=int, default=2)
-parser.add_argument("--max-new-tokens", type=int, default=48)
 parser.add_argument("--draft-length", type=int, default=4, help="chains: tokens per draft (prompt lookup: at most)")
 parser.add_argument("--tree", default="4,4,16", help="the drafter's tree: DEPTH,TOPK,TOTAL")
 parser.add_argument("--dtype", default="float32")
-parser.add_argument("--threads", type=int, default=0)
-parser.add_argument("--out", help="also write the numbers as JSON here")
+records.add_shared_options(parser, target="smollm2-135m-instruct", num_prompts=2, max_new_tokens=48, threads=0,
+                           out=None, helps={"out": "also write the numbers as JSON here"})
 args = parser.parse_args()
-if args.threads:
-    torch.set_num_threads(args.threads)
+records.apply_threads(args)
 
 GREEDY = Sampling()
 target = load_target(args.target, dtype=args.dtype)
@@ -237,6 +235,7 @@ for name in METHODS:
         print(f"{name:<22} speedup at N={high} / at N={low}: {ratio:.2f} (goal 0.90-1.10: "
               f"{'met' if abs(ratio - 1) <= 0.10 else 'NOT met'}); worst rollback {worst:.2%} of verify "
               f"(goal < 2%: {'met' if worst < 0.02 else 'NOT met'})")
+measured = {"results": results, "summary": summary, "config": vars(args), "environment": environment(target)}
 if args.out:
-    Path(args.out).write_text(json.dumps({"results": results, "summary": summary, "config": vars(args),
-                                          "environment": environment(target)}, indent=2, default=str) + "\n")
+    Path(args.out).write_text(json.dumps(measured, indent=2, default=str) + "\n")
+records.write("long_context", measured, args)

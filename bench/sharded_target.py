@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+import records  # bench/: the shared command line and the run's record
+
 
 def memory_mib() -> tuple[float, float]:
     """(resident, peak resident) MiB of this process, from /proc/self/status."""
@@ -84,7 +86,6 @@ def worker(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", default="smollm2-135m-instruct", help="hub id, folder, .gguf or built-in alias")
     parser.add_argument("--dtype", default="float32", help="dtype the target is loaded in")
     parser.add_argument("--processes", default="1,2", help="process counts to compare, e.g. 1,2,4")
     parser.add_argument("--tokens", type=int, default=256, help="tokens of the timed forward")
@@ -93,13 +94,14 @@ def main() -> None:
                         help="MALLOC_MMAP_THRESHOLD_ for every process (bytes; 0 = glibc's default)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default="", help=argparse.SUPPRESS)
+    records.add_shared_options(parser, target="smollm2-135m-instruct")
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
     cores = len(os.sched_getaffinity(0))
     out = Path(tempfile.mkdtemp(prefix="sharded-target-"))
-    records = []
+    rows = []
     for count in [int(n) for n in args.processes.split(",")]:
         threads = max(1, cores // count)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={count}",
@@ -109,19 +111,23 @@ def main() -> None:
         if args.mmap_threshold:
             env["MALLOC_MMAP_THRESHOLD_"] = str(args.mmap_threshold)
         subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
-        records += [json.loads((out / f"record-{count}-{rank}.json").read_text()) for rank in range(count)]
+        rows += [json.loads((out / f"record-{count}-{rank}.json").read_text()) for rank in range(count)]
     reference = torch.load(out / "features-1-0.pt")
     print(f"{args.target} ({args.dtype}), a feature forward of {args.tokens} tokens, {cores} cores shared, "
           f"MALLOC_MMAP_THRESHOLD_={args.mmap_threshold or 'default'}")
     print("| processes | rank | target weights held (MiB) | share of the whole | resident beyond the runtime MiB "
           "| peak MiB | forward s | features vs 1 process |")
     print("|---|---|---|---|---|---|---|---|")
-    for r in records:
+    for r in rows:
         theirs = torch.load(out / f"features-{r['processes']}-{r['rank']}.pt")
         difference = max(float((theirs[k].float() - reference[k].float()).abs().max()) for k in reference)
         same = "identical" if difference == 0 else f"max |diff| {difference:.2e}"
         print(f"| {r['processes']} | {r['rank']} | {r['weights_mib']:.1f} of {r['whole_mib']:.1f} | {r['share']:.1%} "
               f"| {r['resident_mib']:.0f} | {r['peak_mib']:.0f} | {r['forward_s']:.3f} | {same} |")
+        r["features_vs_one_process"] = same
+    records.write("sharded_target", {"target": args.target, "dtype": args.dtype, "tokens": args.tokens,
+                                     "repeats": args.repeats, "cores": cores, "mmap_threshold": args.mmap_threshold,
+                                     "rows": rows}, args)
 
 
 if __name__ == "__main__":

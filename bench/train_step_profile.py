@@ -40,13 +40,15 @@ from draftsmith.drafters import eagle, predicting_positions  # noqa: E402
 from draftsmith.target import flush_denormals, load_target  # noqa: E402
 from draftsmith.train.data import truncate  # noqa: E402
 
+import records  # bench/: the shared command line and the run's record
+
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--data", required=True, help="a prepared data folder with its draft vocabulary (data.prepared)")
 parser.add_argument("--repeats", type=int, default=5, help="runs of each part; the median counts (default 5)")
 parser.add_argument("--batch-size", type=int, default=4, help="samples per batch (the recipe's data.batch_size)")
-parser.add_argument("--target", default="smollm2-135m-instruct", help="target name, hub id, folder or .gguf")
 parser.add_argument("--ttt-steps", type=int, default=7, help="TTT steps of the timed backward and step (default 7)")
 parser.add_argument("--topk", type=int, default=8, help="stored top-k logits the offline label variants read (default 8)")
+records.add_shared_options(parser, target="smollm2-135m-instruct", threads=0)
 args = parser.parse_args()
 
 
@@ -67,6 +69,7 @@ def interleaved_medians_ms(works: dict, repeats: int = args.repeats) -> dict:
 
 
 flush_denormals()  # as the CLI does, before torch's threads start
+records.apply_threads(args)
 torch.manual_seed(0)
 target = load_target(args.target)
 target.model.requires_grad_(False)
@@ -174,3 +177,26 @@ for name, ms in ((f"the argmax from a stored top-{args.topk}", stored_argmax), (
     variant = offline - labels + ms
     print(f"offline, soft labels with {name}: labels {ms:.1f} ms (head: {labels:.1f}), step {variant:.0f} ms, "
           f"{forward_only / variant:.2f}x the target's forward")
+
+
+def step_figures(ms: float) -> dict:
+    return {"ms": ms, "tokens_per_s": tokens / ms * 1000, "over_forward": forward_only / ms}
+
+
+steps = {"online": step_figures(step), "offline (features from shards)": step_figures(offline),
+         f"online, top-{args.topk} kept from the first visit (later epochs)": step_figures(later),
+         f"online, first visit capturing the top-{args.topk}": step_figures(first),
+         "whole online step, timed in turn with the forward": {
+             "ms": whole["online"], "tokens_per_s": tokens / whole["online"] * 1000,
+             "over_forward": whole["forward"] / whole["online"]},
+         f"whole online step, top-{args.topk} kept, timed in turn with the forward": {
+             "ms": whole["online, top-k kept"], "tokens_per_s": tokens / whole["online, top-k kept"] * 1000,
+             "over_forward": whole["forward"] / whole["online, top-k kept"]}}
+for name, ms in ((f"the argmax from a stored top-{args.topk}", stored_argmax), (f"labels=topk, top-{args.topk}", stored_topk)):
+    steps[f"offline, soft labels with {name}"] = step_figures(offline - labels + ms)
+records.write("train_step_profile", {
+    "threads": torch.get_num_threads(), "batch_size": args.batch_size, "tokens": tokens, "median_length": middle,
+    "repeats": args.repeats, "ttt_steps": k, "topk": args.topk, "parts_ms": parts, "step_ms": step,
+    "forward_only_ms": forward_only, "forward_with_logits_ms": with_logits, "capture_ms": capture,
+    "capture_topk_ms": capture_topk, "optimizer_fused_ms": optimizer_step, "optimizer_loop_ms": loop_optimizer_step,
+    "drafter_forward_by_ttt_steps_ms": forwards, "whole_steps_ms": whole, "steps": steps}, args)

@@ -1,12 +1,16 @@
 """Training throughput with and without batching by length, as a ratio measured in one run.
 
-    .venv/bin/python bench/train_batching.py --steps 16 --rounds 2
+    .venv/bin/python bench/studies/train_batching.py --steps 16 --rounds 2
 
 Trains the default recipe (recipes/smollm2-135m/eagle3.yaml, online capture) for --steps optimizer
 steps (after 2 warm-up steps that are not counted) with data.group_by_length=true and =false,
 alternating over --rounds rounds in one process, and prints real (non-padding) tokens per second of
 each, their ratio, and the share of every batch that was padding. Validation, checkpoints and the
 final report are off; the runs go to a temporary folder.
+
+Study, settled: batching samples of similar length pays, so `data.group_by_length` is on by default. Measured
+on 2026-11-29 (commit 7fa5bb3; the machine kind was not recorded) with `--steps 10 --rounds 2`: 120 against 76 real
+tokens/s, 1.57x, as padding fell from 34% to 4% of every batch.
 """
 
 from __future__ import annotations
@@ -17,14 +21,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
 
 from draftsmith.config import load  # noqa: E402
 from draftsmith.train import pipeline  # noqa: E402
 from draftsmith.train.config import TrainConfig  # noqa: E402
 from draftsmith.train.recipe import TrainRecipe  # noqa: E402
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m" / "eagle3.yaml"
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "smollm2-135m" / "eagle3.yaml"
 WARM_UP = 2
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -1,5 +1,8 @@
 """What the regeneration benchmarks share: their command line and their prompts (builtin:stdlib-complete, the stub
-half of the default recipe's regeneration input, in the order `prepare --regenerate` answers it)."""
+half of the default recipe's regeneration input, in the order `prepare --regenerate` answers it).
+
+Study helper: used by bench/studies/regenerate.py and bench/studies/data_dtype.py only.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Medusa heads over the whole vocabulary or over the draft vocabulary `prepare` builds: what each costs here.
 
-    .venv/bin/python bench/medusa_head_vocab.py --threads 2
+    .venv/bin/python bench/studies/medusa_head_vocab.py --threads 2
 
 On SmolLM2-135M the vocabulary (49,152) dwarfs the hidden size (576), so a Medusa head is almost all
 projection: 4 heads over the full vocabulary hold 113 M parameters, about the target's own size. This script
@@ -10,6 +10,11 @@ a training step of the heads (loss forward + backward on a recipe batch, target 
 the target's forward that online training adds to it, and one decode-time chain of 4 heads. It prints
 medians and the full/draft ratios, and the share of trained tokens the draft vocabulary covers (what it
 can draft at all).
+
+Study, settled: the Medusa recipes' heads predict over the 8192-token draft vocabulary `prepare` builds, not the
+whole vocabulary. Measured on 2026-12-01 (commit 274e001, alone; the machine kind was not recorded) with
+`--threads 2`: the heads' training step 7.2 s full against 2.6 s draft (2.76x), an online step 1.77x faster, a chain of
+4 heads 41.0 against 9.0 ms (4.55x); the draft vocabulary covered 99.9% of the prepared data's trained tokens.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
 
 from draftsmith.config import load  # noqa: E402
 from draftsmith.data.capture import TokenDataset, collate  # noqa: E402
@@ -33,7 +38,7 @@ from draftsmith.train.config import TrainConfig  # noqa: E402
 from draftsmith.train.data import truncate  # noqa: E402
 from draftsmith.train.recipe import TrainRecipe  # noqa: E402
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m" / "medusa1.yaml"
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "smollm2-135m" / "medusa1.yaml"
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--repeats", type=int, default=5, help="timed repetitions of each measurement (medians kept)")

@@ -1,0 +1,392 @@
+"""Render docs/results.md from the latest record of each canonical bench under results/ (bench/records.py).
+
+    python bench/render_results.py            # write docs/results.md
+    python bench/render_results.py --check    # exit 1 when docs/results.md is not what the records render
+    python bench/render_results.py --stale    # per bench: did the code it measures change since its record?
+
+One section per canonical bench, in CANONICAL's order: the command, commit, machine and date of its latest
+record, then tables built from the record's `result` by that bench's table function (one per bench, below); a
+bench without a record gets a line saying so and the command that makes one.
+
+Staleness is not on the page, by choice. A note computed against the current HEAD would make the page a function
+of the commit it is read at: every commit touching draftsmith/ would turn the committed page wrong (and `--check`
+red) without any record changing, or `--check` would have to recompute the notes and so could never catch a page
+that disagrees with them. Instead the page is a pure function of the records (deterministic, the same in any
+clone), states each table's commit and whether its tree was dirty, and `--stale` answers "is this still true of
+the code now?" at the moment it is asked: per bench, the files it depends on (draftsmith/, its own script,
+bench/common.py, and recipes/ for the benches that train from them) that changed between the record's commit and
+HEAD (`git diff --name-only <commit> HEAD -- <paths>`), or that the commit is not in this clone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+PAGE = ROOT / "docs" / "results.md"
+
+
+# ----------------------------------------------------------------------------- formatting
+def fmt(value, digits: int = 2, suffix: str = "") -> str:
+    """A number with fixed digits (so the page is deterministic); '–' for a missing one."""
+    if value is None or value == "":
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}{suffix}" if abs(value) >= 10000 else f"{value}{suffix}"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}{suffix}"
+    return f"{value}{suffix}"
+
+
+def pct(value, digits: int = 1) -> str:
+    return "–" if value is None else f"{value * 100:.{digits}f}%"
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    """A markdown table; cells are written as given (format them first)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if count < 1000 or unit == "PB":
+            return f"{count:.1f} {unit}"
+        count /= 1000
+    return ""
+
+
+def identical(count, total) -> str:
+    return "–" if count is None else f"{count}/{total}"
+
+
+# ----------------------------------------------------------------------------- one table function per bench
+def families(result: dict) -> list[str]:
+    """Training per family, then every decoded method."""
+    prompts = result.get("prompts")
+    lines = [(f"{prompts} HumanEval prompts, {result.get('max_new_tokens')} new tokens, T=0; "
+             f"{fmt(result.get('minutes_per_family'), 1)} min of training per family; "
+             f"peak RSS {fmt(result.get('peak_rss_gib'))} GiB."), ""]
+    rows = []
+    for name, info in result.get("families", {}).items():
+        recipe = info.get("recipe", name) + (f" ({' '.join(info['overrides'])})" if info.get("overrides") else "")
+        rows.append([name + (" (variant, not decoded)" if info.get("variant") else ""), recipe, fmt(info.get("steps")),
+                     fmt(info.get("train_minutes"), 1), fmt(info.get("training_tokens_per_s"), 0),
+                     fmt(info.get("training_over_forward"), 2, "×"),
+                     " / ".join(fmt(a, 3) for a in info.get("held_out_accuracy") or []) or "–",
+                     fmt(info.get("implied_acceptance_length")), fmt((info.get("trainable_parameters") or 0) / 1e6)])
+    lines += table(["family", "recipe", "steps", "train min", "training tok/s", "× target forward",
+                    "held-out accuracy per step", "implied τ", "trainable M"], rows)
+    methods = result.get("methods", {})
+    versus_generate = any("speedup_vs_generate" in row for row in methods.values())
+    rows = []
+    for name, row in methods.items():
+        cells = [name, fmt(row.get("tokens_per_s")), fmt(row.get("acceptance_length")),
+                 fmt(row.get("speedup_vs_plain"), 2, "×")]
+        cells += [fmt(row.get("speedup_vs_generate"), 2, "×")] if versus_generate else []
+        cells += [pct(row.get("draft_time_fraction"), 0), fmt(row.get("draft_ms_per_cycle"), 1),
+                  identical(row.get("identical_to_plain"), prompts)]
+        rows.append(cells)
+    header = ["method", "tok/s", "τ", "vs plain"] + (["vs generate()"] if versus_generate else [])
+    return lines + table(header + ["draft time", "draft ms/cycle", "identical"], rows)
+
+
+def eagle3_smollm2(result: dict) -> list[str]:
+    """The budget, each vocabulary's drafter, then every decoded method."""
+    prompts = result.get("prompts")
+    lines = [f"{fmt(result.get('training_minutes_budget'), 1)} min of training per drafter "
+             f"({'online' if result.get('online') else 'offline'}, {fmt(result.get('capture_minutes'), 1)} of them "
+             f"capturing; {result.get('steps')} steps planned); training {fmt(result.get('training_tokens_per_s'), 0)} "
+             f"tok/s = {fmt(result.get('training_over_forward'))}× the target's forward-only "
+             f"{fmt(result.get('target_forward_tokens_per_s'), 0)}; {prompts} HumanEval prompts, "
+             f"{result.get('max_new_tokens')} new tokens, T=0; peak RSS {fmt(result.get('peak_rss_gib'))} GiB"
+             + ("; drafters reused from an earlier run" if result.get("reused_drafters") else "") + ".", ""]
+    rows = []
+    for size, info in result.get("drafters", {}).items():
+        best = info.get("held_out") or {}
+        rows.append([size, fmt(info.get("steps_trained")), fmt(info.get("train_minutes"), 1), fmt(best.get("step")),
+                     f"{fmt(best.get('acc_0'), 3)} / {fmt(best.get('acc_1'), 3)}",
+                     fmt(best.get("implied_acceptance_length"), 3)])
+    lines += table(["draft vocabulary", "steps trained", "train min", "best/ step", "held-out acc 0 / 1",
+                    "implied τ"], rows)
+    rows = [[name, fmt(row.get("tokens_per_s")), fmt(row.get("acceptance_length")),
+             fmt(row.get("speedup_vs_plain"), 2, "×"), fmt(row.get("speedup_vs_generate_prompt_lookup"), 2, "×"),
+             pct(row.get("draft_time_fraction"), 0), identical(row.get("identical_to_plain"), prompts)]
+            for name, row in result.get("methods", {}).items()]
+    return lines + table(["method", "tok/s", "τ", "vs plain", "vs generate(prompt_lookup)", "draft time",
+                          "identical"], rows)
+
+
+def long_context(result: dict) -> list[str]:
+    """Per context length and method: decode speed, τ and the costs per cycle; then the goals' ratios."""
+    config = result.get("config", {})
+    prompts = config.get("num_prompts")
+    lines = [(f"{prompts} HumanEval prompts with N tokens of standard-library code in front, "
+             f"{config.get('max_new_tokens')} new tokens, T=0, {config.get('dtype')}; drafter `{config.get('drafter')}`,"
+             f" chain of {config.get('draft_length')}, tree {config.get('tree')}. Decode tok/s leaves the prefill out."), ""]
+    rows, costs = [], []
+    for context, row in result.get("results", {}).items():
+        for name, entry in row.items():
+            if not isinstance(entry, dict) or "tokens_per_s" not in entry:
+                continue
+            rows.append([context, name, fmt(entry["tokens_per_s"]), fmt(entry.get("speedup"), 2, "×"),
+                         fmt(entry.get("acceptance_length")), fmt(entry.get("verify_ms"), 1),
+                         pct(entry.get("rollback_fraction"), 2), fmt(entry.get("draft_ms"), 1),
+                         identical(entry.get("identical"), prompts)])
+        matching = row.get("prompt_lookup_matching_ms", {})
+        costs.append([context, fmt(row.get("prompt_tokens"), 0), fmt(row.get("old_tree_rollback_ms")),
+                      pct(row.get("old_tree_rollback_fraction")), fmt(matching.get("index"), 3),
+                      fmt(matching.get("full scan"), 3)])
+    lines += table(["N", "method", "decode tok/s", "speedup", "τ", "verify ms", "rollback, % of verify",
+                    "drafter ms", "identical"], rows)
+    lines += table(["N", "prompt tokens", "old tree rollback ms", "of a tree verify", "lookup match ms (index)",
+                    "lookup match ms (full scan)"], costs)
+    rows = [[name, fmt(s.get("speedup_ratio")), pct(s.get("worst_rollback_fraction"), 2)]
+            for name, s in result.get("summary", {}).items()]
+    return lines + table(["method", "speedup at largest N / at smallest N", "worst rollback, % of verify"], rows)
+
+
+def serving(result: dict) -> list[str]:
+    """serve-sim: the validation checks, where speculation stops paying, and mean / p99 E2E per policy and rate."""
+    lines = []
+    checks = []
+    for label, check in result.get("validation", {}).get("concurrency_1", {}).items():
+        for mode, name in (("fixed", "speculative"), ("off", "plain")):
+            row = check.get(mode, {})
+            checks.append([f"concurrency 1, {label}, {name}", pct(row.get("error_total")),
+                           pct(row.get("error_max_prompt")), fmt(row.get("passed"))])
+    batched = result.get("validation", {}).get("batched_forwards", {})
+    if batched.get("passed") is not None:
+        checks.append(["batched forwards b=2..4, cost model vs measured", pct(batched.get("error_median")),
+                       pct(batched.get("error_max")), fmt(batched.get("passed"))])
+    lines += table(["check (simulated vs measured)", "error", "worst", "within 10%"], checks)
+    rows = []
+    for label, row in result.get("break_even", {}).items():
+        where = ("pays at every rate" if row.get("pays_at_every_rate") else "pays at no rate"
+                 if row.get("pays_at_no_rate") else fmt(row.get("stops_paying_at_rate"), 3))
+        rows.append([label, ", ".join(fmt(r, 3) for r in row.get("rates", [])),
+                     ", ".join(fmt(q) for q in row.get("e2e_ratio_speculative_over_plain", [])), where])
+    lines += table(["traces", "rates (req/s)", "mean E2E speculative / plain (FCFS)", "stops paying at (req/s)"], rows)
+    runs = result.get("runs", [])
+    for label in sorted({r["traces"] for r in runs}):
+        mine = [r for r in runs if r["traces"] == label]
+        rates = sorted({r["rate"] for r in mine}, key=str)
+        lines += [f"{label}: mean / p99 end-to-end latency (s)", ""]
+        rows = []
+        for policy in dict.fromkeys(r["policy"] for r in mine):
+            for mode in dict.fromkeys(r["speculation"] for r in mine):
+                cells = []
+                for rate in rates:
+                    match = [r for r in mine if (r["policy"], r["speculation"], r["rate"]) == (policy, mode, rate)]
+                    e2e = match[0]["summary"]["e2e_ms"] if match else {}
+                    cells.append(f"{fmt(e2e.get('mean', 0) / 1e3)} / {fmt(e2e.get('p99', 0) / 1e3)}" if match else "–")
+                rows.append([policy, mode, *cells])
+        lines += table(["policy", "speculation", *(f"rate {rate}" for rate in rates)], rows)
+    return lines
+
+
+def train_step_profile(result: dict) -> list[str]:
+    """Where one online EAGLE-3 step's time goes, and the step against the target's forward-only pass."""
+    step = result.get("step_ms") or 0
+    lines = [(f"A batch of {result.get('batch_size')} samples, {result.get('tokens')} tokens (median length "
+             f"{fmt(result.get('median_length'), 0)}), {result.get('ttt_steps')} TTT steps, fp32, medians of "
+             f"{result.get('repeats')} runs."), ""]
+    lines += table(["part", "ms", "share of the step"],
+                   [[name, fmt(ms, 1), pct(ms / step if step else None)]
+                    for name, ms in result.get("parts_ms", {}).items()] + [["one training step", fmt(step, 1), "100.0%"]])
+    rows = [[name, fmt(entry.get("ms"), 0), fmt(entry.get("tokens_per_s"), 0), fmt(entry.get("over_forward"), 2, "×")]
+            for name, entry in result.get("steps", {}).items()]
+    return lines + table(["step", "ms", "tokens/s", "× the target's forward-only tokens/s"], rows)
+
+
+def draft_cost(result: dict) -> list[str]:
+    """Milliseconds per drafting call of each untrained drafter shape, and each over EAGLE-3's chain of 7."""
+    lines = [(f"Target {result.get('target')}; draft vocabulary {result.get('draft_vocab_size')} tokens; "
+             f"{result.get('rounds')} × {result.get('cycles')} calls per shape, medians."), ""]
+    baseline = result.get("baseline", "eagle3 chain 7")
+    rows = [[name, fmt(ms), fmt(result.get("vs_baseline", {}).get(name), 2, "×")]
+            for name, ms in result.get("ms_per_call", {}).items()]
+    return lines + table(["drafter", "ms per call", f"vs {baseline}"], rows)
+
+
+def decode(result: dict) -> list[str]:
+    """Our loops against generate(): tokens/s, τ, speedups and the verify-cost bound, then the cost curve."""
+    config = result.get("config", {})
+    prompts = config.get("num_prompts")
+    lines = [f"{prompts} HumanEval prompts, {config.get('max_new_tokens')} new tokens, T=0, {config.get('dtype')}; "
+             f"our plain loop / generate(): **{fmt(result.get('plain_ours_vs_generate'))}×**; "
+             + "; ".join(f"{name} / generate(prompt_lookup): **{fmt(ratio)}×**" for name, ratio in
+                         result.get("prompt_lookup_ours_vs_generate_prompt_lookup", {}).items()) + ".", ""]
+    speedup, bound = result.get("speedup_vs_own_plain", {}), result.get("fraction_of_bound", {})
+    rows = [[name, fmt(tps), identical(result.get("identical_to_plain_ours", {}).get(name), prompts),
+             fmt(result.get("acceptance_length", {}).get(name)), fmt(speedup.get(name), 2, "×" if name in speedup else ""),
+             pct(bound.get(name), 0)] for name, tps in result.get("tokens_per_s", {}).items()]
+    lines += table(["method", "tok/s", "identical", "τ", "speedup over its own plain", "of the bound τ·t(1)/t(k+1)"], rows)
+    curve = result.get("verify_cost_relative", {})
+    lines += [(f"Verify cost t(k)/t(1) at {result.get('context_tokens')} tokens of context "
+              f"(t(1) = {fmt(result.get('verify_cost_ms', {}).get('1'), 1)} ms):"), ""]
+    return lines + table(["k", *curve], [["t(k)/t(1)", *(fmt(v) for v in curve.values())]])
+
+
+CAPTURE_FIGURES = [("forward_tokens_per_s", "target forward only, tokens/s", 1),
+                   ("capture_tokens_per_s", "capture (hooks, cast, shards, sha256, fsync), tokens/s", 1),
+                   ("throughput_ratio", "capture / forward (goal ≥ 0.9)", 3),
+                   ("bytes_per_token", "bytes per token on disk", 1), ("raw_bytes_per_token", "raw bytes per token", 0),
+                   ("size_ratio", "on disk / raw (goal ≤ 1.02)", 4), ("peak_rss_mib", "peak RSS, MiB", 1),
+                   ("peak_gpu_mib", "peak GPU memory, MiB", 1)]
+
+
+def capture(result: dict) -> list[str]:
+    """`draftsmith capture` against the bare forward: throughput and bytes."""
+    lines = [(f"{result.get('samples')} samples, {result.get('tokens')} tokens, layers {result.get('layers')}, "
+             f"features in {result.get('dtype')}, on {result.get('device')}; medians of {result.get('repeats')} "
+             "interleaved runs."), ""]
+    return lines + table(["figure", "value"], [[label, fmt(result[key], digits)] for key, label, digits in CAPTURE_FIGURES
+                                              if key in result])
+
+
+def feature_storage(result: dict) -> list[str]:
+    """Disk a capture takes per storage option, from the formula `draftsmith capture` writes by."""
+    lines = [(f"Hidden size {result.get('hidden_size')} ({result.get('num_layers')} layers), "
+             f"{result.get('conversations'):,} conversations × {result.get('tokens_per_conversation'):,} tokens."), ""]
+    rows = [[o["features"], f"{o['bytes_per_token']:,}", human_bytes(o["capture_bytes"]), "0 B"]
+            for o in result.get("options", [])]
+    return lines + table(["features stored", "bytes per token", "whole capture", "online (data.online)"], rows)
+
+
+def sharded_target(result: dict) -> list[str]:
+    """Per process of each group: the target's weights it holds, its memory, a feature forward's time."""
+    lines = [(f"{result.get('target')} ({result.get('dtype')}), a feature forward of {result.get('tokens')} tokens, "
+             f"{result.get('cores')} cores shared, MALLOC_MMAP_THRESHOLD_={result.get('mmap_threshold') or 'default'}."),
+             ""]
+    rows = [[r["processes"], r["rank"], f"{fmt(r['weights_mib'], 1)} of {fmt(r['whole_mib'], 1)}", pct(r["share"]),
+             fmt(r["resident_mib"], 0), fmt(r["peak_mib"], 0), fmt(r["forward_s"], 3), r.get("features_vs_one_process")]
+            for r in result.get("rows", [])]
+    return lines + table(["processes", "rank", "target weights held (MiB)", "share of the whole",
+                          "resident beyond the runtime MiB", "peak MiB", "forward s", "features vs 1 process"], rows)
+
+
+CANONICAL = {  # bench (its script's name) -> (title, table function, a command that makes a record)
+    "families": ("Drafter families at one CPU budget", families,
+                 "python bench/families.py --minutes 20 --num-prompts 40"),
+    "eagle3_smollm2": ("EAGLE-3 at a training budget", eagle3_smollm2,
+                       "python bench/eagle3_smollm2.py --minutes 50 --num-prompts 40"),
+    "long_context": ("Long prompts", long_context,
+                     "python bench/long_context.py --drafter DRAFTER --contexts 256 2048 8192 --threads 1"),
+    "serving": ("Serving under load (serve-sim)", serving, "python bench/serving.py --drafter DRAFTER"),
+    "train_step_profile": ("Where a training step's time goes", train_step_profile,
+                           "python bench/train_step_profile.py --data DATA --ttt-steps 2 --topk 8"),
+    "draft_cost": ("Draft cost per call, by drafter shape", draft_cost,
+                   "python bench/draft_cost.py --draft-vocab DATA"),
+    "decode": ("Our decoding loops against generate()", decode,
+               "python bench/decode.py --num-prompts 10 --max-new-tokens 128"),
+    "capture": ("Feature capture against the bare forward", capture, "python bench/capture.py --samples 64"),
+    "feature_storage": ("Disk a feature capture takes", feature_storage,
+                        "python bench/feature_storage.py --hidden-size 8192 --num-layers 80"),
+    "sharded_target": ("A target sharded over processes", sharded_target, "python bench/sharded_target.py"),
+}
+
+
+# ----------------------------------------------------------------------------- records and the page
+def latest_records(results: Path = RESULTS) -> dict[str, dict]:
+    """The latest record of each bench under `results` (latest by its date, then by file name)."""
+    latest = {}
+    for path in sorted(results.glob("*/*.json")):
+        entry = json.loads(path.read_text())
+        key = (entry.get("date", ""), path.name)
+        if entry.get("bench") and (entry["bench"] not in latest or key >= latest[entry["bench"]][0]):
+            latest[entry["bench"]] = (key, entry)
+    return {bench: entry for bench, (_, entry) in latest.items()}
+
+
+def provenance(entry: dict) -> list[str]:
+    """Where a table's figures come from: command, commit, machine, versions, date."""
+    m, v = entry.get("machine", {}), entry.get("versions", {})
+    units = ", ".join(name for name in ("amx", "avx512", "avx2") if m.get(name)) or "none of AMX/AVX-512/AVX2"
+    commit = (entry.get("commit") or "unknown")[:8] + (" (uncommitted changes in the tree)" if entry.get("dirty") else "")
+    return [f"`{entry.get('command')}`", "",
+            f"- commit {commit}, {entry.get('date')}",
+            f"- {m.get('cpu')} ({units}), {m.get('cores')} cores, {m.get('torch_threads')} torch threads, "
+            f"{fmt(m.get('memory_gib'), 1)} GiB" + (f", GPU {m['gpu']}" if m.get("gpu") else ""),
+            f"- python {v.get('python')}, torch {v.get('torch')}, transformers {v.get('transformers')}", ""]
+
+
+def render(results: Path = RESULTS) -> str:
+    """docs/results.md from the records alone (nothing here reads the current commit)."""
+    records = latest_records(results)
+    lines = ["# Benchmark results", "",
+             ("Generated by `python bench/render_results.py` from the latest record of each canonical bench under "
+             "`results/`; do not edit it by hand. Each section names the command, commit, machine and date its "
+             "figures come from. Speedups are ratios measured side by side in one run. Whether the code a record "
+             "measured has changed since is not on this page: `python bench/render_results.py --stale` says."), ""]
+    for bench, (title, tables, command) in CANONICAL.items():
+        lines += [f'<a id="{bench}"></a>', "", f"## {title} (`bench/{bench}.py`)", ""]
+        entry = records.get(bench)
+        if entry is None:
+            lines += [f"No record yet: `{command}` makes one.", ""]
+            continue
+        lines += provenance(entry) + tables(entry.get("result", {}))
+    others = sorted(set(records) - set(CANONICAL))
+    if others:
+        lines += ["Records of benches that are not canonical (not rendered): " + ", ".join(others) + ".", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# ----------------------------------------------------------------------------- staleness, asked at run time
+def watched(bench: str) -> list[str]:
+    """The paths whose change can change what `bench` measures."""
+    paths = ["draftsmith", f"bench/{bench}.py", "bench/common.py"]
+    return paths + (["recipes"] if bench in ("families", "eagle3_smollm2") else [])
+
+
+def _git(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *arguments], cwd=ROOT, capture_output=True, text=True, check=False)
+
+
+def staleness(entry: dict, head: str = "HEAD") -> str:
+    """One line: whether the files `entry`'s bench depends on changed between its commit and `head`."""
+    commit, bench = entry.get("commit"), entry.get("bench")
+    if not commit or _git("cat-file", "-e", f"{commit}^{{commit}}").returncode:
+        return f"{bench}: cannot tell (commit {(commit or 'unknown')[:8]} is not in this clone)"
+    changed = _git("diff", "--name-only", commit, head, "--", *watched(bench)).stdout.split()
+    dirty = " (and it was measured on a tree with uncommitted changes)" if entry.get("dirty") else ""
+    if not changed:
+        return f"{bench}: current, nothing under {', '.join(watched(bench))} changed since {commit[:8]}{dirty}"
+    return (f"{bench}: STALE, {len(changed)} file(s) under {', '.join(watched(bench))} changed since {commit[:8]} "
+            f"(e.g. {', '.join(changed[:3])}){dirty}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the records' folder (default: results/)")
+    parser.add_argument("--page", type=Path, default=PAGE, help="the page to write or check (default: docs/results.md)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the page differs from what the records render")
+    parser.add_argument("--stale", action="store_true", help="per canonical bench, whether its record is stale at HEAD")
+    args = parser.parse_args()
+    if args.stale:
+        records = latest_records(args.results)
+        for bench in CANONICAL:
+            print(staleness(records[bench]) if bench in records else f"{bench}: no record")
+        return 0
+    page = render(args.results)
+    if args.check:
+        if not args.page.is_file() or args.page.read_text() != page:
+            print(f"{args.page} is not what {args.results} renders: run python bench/render_results.py", file=sys.stderr)
+            return 1
+        return 0
+    args.page.parent.mkdir(parents=True, exist_ok=True)
+    args.page.write_text(page)
+    print(f"wrote {args.page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""docs/results.md is what bench/render_results.py renders from the committed records, and every table function
+puts a record's own figures into its table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+render_results = _load("render_results")
+
+MACHINE = {"cpu": "Test CPU", "amx": False, "avx512": True, "avx2": True, "cores": 2, "torch_threads": 2,
+           "memory_gib": 7.8, "gpu": None}
+
+
+def entry(bench: str, result: dict, date: str = "2026-12-03T10:00:00Z", commit: str = "a" * 40) -> dict:
+    return {"schema": 1, "bench": bench, "command": f"python bench/{bench}.py", "commit": commit, "dirty": False,
+            "date": date, "machine": MACHINE, "versions": {"python": "3.11", "torch": "2.13", "transformers": "5"},
+            "result": result}
+
+
+def write(folder: Path, record: dict) -> None:
+    path = folder / record["bench"] / f"{record['date'].replace(':', '')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+# ----------------------------------------------------------------------------- the page
+def test_committed_page_is_what_the_committed_records_render():
+    assert (ROOT / "docs" / "results.md").read_text() == render_results.render(ROOT / "results")
+
+
+def test_no_records_gives_a_line_per_canonical_bench(tmp_path):
+    page = render_results.render(tmp_path)
+    for bench in render_results.CANONICAL:
+        assert f'<a id="{bench}"></a>' in page
+    assert page.count("No record yet") == len(render_results.CANONICAL)
+
+
+def test_the_latest_record_wins_and_names_its_provenance(tmp_path):
+    old = entry("capture", {"throughput_ratio": 0.5}, date="2026-12-01T00:00:00Z", commit="b" * 40)
+    new = entry("capture", {"throughput_ratio": 0.955}, date="2026-12-02T00:00:00Z", commit="c" * 40)
+    write(tmp_path, new)
+    write(tmp_path, old)
+    page = render_results.render(tmp_path)
+    assert "0.955" in page and "| 0.500 |" not in page
+    assert "commit cccccccc, 2026-12-02T00:00:00Z" in page and "`python bench/capture.py`" in page
+    assert "Test CPU (avx512, avx2), 2 cores, 2 torch threads" in page
+    assert page.count("No record yet") == len(render_results.CANONICAL) - 1
+
+
+def test_check_mode_fails_on_a_page_that_differs(tmp_path, monkeypatch):
+    page = tmp_path / "results.md"
+    page.write_text(render_results.render(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["render_results.py", "--results", str(tmp_path), "--page", str(page), "--check"])
+    assert render_results.main() == 0
+    page.write_text(page.read_text() + "edited by hand\n")
+    assert render_results.main() == 1
+
+
+def test_staleness_of_an_unknown_commit_says_it_cannot_tell():
+    assert "cannot tell" in render_results.staleness(entry("decode", {}, commit="0" * 40))
+
+
+# ----------------------------------------------------------------------------- one table function per bench
+def rendered(bench: str, result: dict) -> str:
+    return "\n".join(render_results.CANONICAL[bench][1](result))
+
+
+def test_families_table():
+    text = rendered("families", {
+        "prompts": 40, "max_new_tokens": 128, "minutes_per_family": 20.0, "peak_rss_gib": 9.4,
+        "families": {"eagle3": {"recipe": "eagle3", "overrides": [], "steps": 812, "train_minutes": 19.7,
+                                "training_tokens_per_s": 1234.5, "training_over_forward": 0.61,
+                                "held_out_accuracy": [0.281, 0.2], "implied_acceptance_length": 1.34,
+                                "trainable_parameters": 4_500_000}},
+        "methods": {"plain": {"tokens_per_s": 28.66, "speedup_vs_plain": 1.0, "speedup_vs_generate": 1.02,
+                              "identical_to_plain": 40},
+                    "eagle3 chain (2)": {"tokens_per_s": 31.5, "acceptance_length": 1.27, "speedup_vs_plain": 1.1,
+                                         "speedup_vs_generate": 1.12, "draft_time_fraction": 0.26,
+                                         "draft_ms_per_cycle": 5.04, "identical_to_plain": 40}}})
+    for figure in ("812", "19.7", "1234", "0.61×", "0.281 / 0.200", "1.34", "4.50", "28.66", "31.50", "1.27",
+                   "1.10×", "1.12×", "26%", "5.0", "40/40"):
+        assert figure in text, figure
+
+
+def test_eagle3_table():
+    text = rendered("eagle3_smollm2", {
+        "training_minutes_budget": 50.0, "online": False, "capture_minutes": 3.2, "steps": 2862,
+        "training_tokens_per_s": 2100.4, "training_over_forward": 2.46, "target_forward_tokens_per_s": 853.0,
+        "prompts": 40, "max_new_tokens": 128, "peak_rss_gib": 5.5,
+        "drafters": {"2048": {"steps_trained": 2862, "train_minutes": 46.8,
+                              "held_out": {"step": 2800, "acc_0": 0.687, "acc_1": 0.61, "implied_acceptance_length": 2.09}}},
+        "methods": {"eagle3 v2048 chain 2": {"tokens_per_s": 36.1, "speedup_vs_plain": 1.51,
+                                             "speedup_vs_generate_prompt_lookup": 1.3, "identical_to_plain": 40,
+                                             "acceptance_length": 1.93, "draft_time_fraction": 0.1}}})
+    for figure in ("50.0 min", "2862", "2100", "2.46×", "46.8", "2800", "0.687 / 0.610", "2.090", "36.10", "1.51×",
+                   "1.30×", "1.93", "10%", "40/40"):
+        assert figure in text, figure
+
+
+def test_long_context_table():
+    method = {"tokens_per_s": 9.5, "identical": 2, "speedup": 1.08, "acceptance_length": 1.4, "verify_ms": 120.5,
+              "rollback_ms": 0.2, "rollback_fraction": 0.0017, "draft_ms": 30.2, "draft_fraction": 0.25}
+    text = rendered("long_context", {
+        "config": {"num_prompts": 2, "max_new_tokens": 48, "dtype": "float32", "drafter": "runs/x/best",
+                   "draft_length": 4, "tree": "4,4,16"},
+        "results": {"8192": {"plain": {"tokens_per_s": 8.8, "identical": 2, "speedup": 1.0},
+                             "drafter (chain)": method, "old_tree_rollback_ms": 3.25,
+                             "old_tree_rollback_fraction": 0.027, "prompt_tokens": 8301.0,
+                             "prompt_lookup_matching_ms": {"index": 0.012, "full scan": 1.5}}},
+        "summary": {"drafter (chain)": {"speedup_ratio": 0.97, "worst_rollback_fraction": 0.0017}}})
+    for figure in ("8192", "9.50", "1.08×", "1.40", "120.5", "0.17%", "30.2", "2/2", "3.25", "2.7%", "8301",
+                   "0.012", "1.500", "0.97"):
+        assert figure in text, figure
+
+
+def test_serving_table():
+    summary = {"e2e_ms": {"mean": 2500.0, "p99": 7100.0}}
+    text = rendered("serving", {
+        "validation": {"concurrency_1": {"pld": {"fixed": {"error_total": 0.031, "error_max_prompt": -0.08,
+                                                           "passed": True},
+                                                 "off": {"error_total": 0.012, "error_max_prompt": 0.05,
+                                                         "passed": True}}},
+                       "batched_forwards": {"passed": True, "error_median": 0.042, "error_max": 0.09}},
+        "break_even": {"pld": {"rates": [0.05, 0.1], "e2e_ratio_speculative_over_plain": [0.91, 1.04],
+                               "stops_paying_at_rate": 0.0846, "pays_at_every_rate": False}},
+        "runs": [{"traces": "pld", "policy": "fcfs", "speculation": "fixed", "rate": 0.05, "summary": summary}]})
+    for figure in ("3.1%", "-8.0%", "1.2%", "4.2%", "0.91, 1.04", "0.085", "2.50 / 7.10", "rate 0.05"):
+        assert figure in text, figure
+
+
+def test_train_step_profile_table():
+    text = rendered("train_step_profile", {
+        "batch_size": 4, "tokens": 844, "median_length": 211.0, "ttt_steps": 2, "repeats": 5, "step_ms": 1113.0,
+        "parts_ms": {"target forward + feature capture": 795.0, "optimizer step": 11.0},
+        "steps": {"online": {"ms": 1113.0, "tokens_per_s": 758.3, "over_forward": 0.70}}})
+    for figure in ("844", "795.0", "71.4%", "11.0", "1113.0", "758", "0.70×"):
+        assert figure in text, figure
+
+
+def test_draft_cost_table():
+    text = rendered("draft_cost", {"target": "smollm2-135m-instruct", "draft_vocab_size": 2048, "rounds": 3,
+                                   "cycles": 40, "baseline": "eagle3 chain 7",
+                                   "ms_per_call": {"dflash B=8, 1 layer": 10.6, "eagle3 chain 7": 9.7},
+                                   "vs_baseline": {"dflash B=8, 1 layer": 1.0928, "eagle3 chain 7": 1.0}})
+    for figure in ("2048", "10.60", "1.09×", "9.70", "1.00×"):
+        assert figure in text, figure
+
+
+def test_decode_table():
+    text = rendered("decode", {
+        "config": {"num_prompts": 10, "max_new_tokens": 128, "dtype": "float32"}, "plain_ours_vs_generate": 0.99,
+        "prompt_lookup_ours_vs_generate_prompt_lookup": {"prompt lookup (ours)": 1.61},
+        "tokens_per_s": {"plain (ours)": 9.6, "prompt lookup (ours)": 19.89},
+        "identical_to_plain_ours": {"plain (ours)": 10, "prompt lookup (ours)": 10},
+        "acceptance_length": {"prompt lookup (ours)": 2.3}, "speedup_vs_own_plain": {"prompt lookup (ours)": 2.07},
+        "fraction_of_bound": {"prompt lookup (ours)": 0.8}, "context_tokens": 200,
+        "verify_cost_relative": {"1": 1.0, "2": 1.05}, "verify_cost_ms": {"1": 98.7, "2": 103.6}})
+    for figure in ("0.99×", "1.61×", "9.60", "19.89", "10/10", "2.30", "2.07×", "80%", "98.7", "1.05"):
+        assert figure in text, figure
+
+
+def test_capture_table():
+    text = rendered("capture", {"samples": 64, "tokens": 20480, "layers": [1, 14, 26], "dtype": "bf16",
+                                "device": "cpu", "repeats": 3, "forward_tokens_per_s": 1500.2,
+                                "capture_tokens_per_s": 1420.7, "throughput_ratio": 0.947, "bytes_per_token": 3471.9,
+                                "raw_bytes_per_token": 3456, "size_ratio": 1.0046, "peak_rss_mib": 1201.5})
+    for figure in ("1500.2", "1420.7", "0.947", "3471.9", "3456", "1.0046", "1201.5"):
+        assert figure in text, figure
+
+
+def test_feature_storage_table():
+    text = rendered("feature_storage", {"hidden_size": 8192, "num_layers": 80, "conversations": 100000,
+                                        "tokens_per_conversation": 1000, "tokens": 100000000,
+                                        "options": [{"features": "EAGLE-3 layers + last, bf16", "layers": 4,
+                                                     "dtype": "bf16", "topk_logits": 0, "bytes_per_token": 65541,
+                                                     "capture_bytes": 6554101600000}]})
+    for figure in ("8192", "100,000", "65,541", "6.6 TB"):
+        assert figure in text, figure
+
+
+def test_sharded_target_table():
+    text = rendered("sharded_target", {"target": "smollm2-135m-instruct", "dtype": "float32", "tokens": 256,
+                                       "cores": 2, "mmap_threshold": 1048576, "rows": [
+                                           {"processes": 2, "rank": 1, "weights_mib": 256.6, "whole_mib": 513.1,
+                                            "share": 0.5, "resident_mib": 477.2, "peak_mib": 1017.4,
+                                            "forward_s": 2.637, "features_vs_one_process": "identical"}]})
+    for figure in ("256.6 of 513.1", "50.0%", "477", "1017", "2.637", "identical"):
+        assert figure in text, figure
