@@ -44,7 +44,10 @@ def drafter_kind(spec: str) -> str:
         return "hf"
     from draftsmith.hub import drafter_folder
 
-    folder = drafter_folder(spec)
+    try:
+        folder = drafter_folder(spec)
+    except DraftsmithError as err:  # a missing folder whose name reads as a hub id: say both
+        raise DraftsmithError(f"Unknown drafter '{spec}': {err}") from None
     if not folder.is_dir():
         close = difflib.get_close_matches(spec, ["prompt-lookup", "suffix"], n=1, cutoff=0.6)
         hint = f" Did you mean '{close[0]}'?" if close else ""
