@@ -14,7 +14,9 @@ Modules, in the order data flows through them:
   corpus      builtin:stdlib, the offline training corpus made from Python's standard library;
               builtin:stdlib-complete, its functions as stubs to complete (for regeneration)
   exercises   builtin:exercises, typed exercises with worked examples in a code benchmark's prompt shape
-  regenerate  assistant turns rewritten by the target, batched, resumable after kill -9
+  general     builtin:general, prompts of ten categories beyond code (a quarter multi-turn), for regeneration
+  suite       builtin:suite, the held-out eval prompts (`draftsmith eval --prompts builtin:suite`)
+  regenerate  assistant turns rewritten by the target on its own earlier turns, batched, resumable after kill -9
   prepared    the `prepare` step: DatasetDict + prepare_report.json + token_counts.safetensors
   vocab       draft vocabulary (d2t offsets, t2d) from trainable-token counts
   capture     layer specs, TokenDataset, collate, capture_batch (online), FeatureShards (offline reader)

@@ -20,6 +20,11 @@ target's own words.
 
 `builtin:exercises` (data/exercises.py) holds 1024 small typed exercises with worked examples, the
 prompt shape of a code benchmark, also for regeneration. Cached as $DRAFTSMITH_CACHE/corpus/exercises-v1.jsonl.
+
+`builtin:general` (data/general.py) holds 4096 prompts of ten categories beyond code (writing, role-play,
+reasoning, math, extraction, summarization, knowledge, RAG, translation, code), a quarter of them with a
+follow-up turn; its assistant turns are written by the target only (prepare --regenerate). Cached as
+$DRAFTSMITH_CACHE/corpus/general-py<version>-v1.jsonl.
 """
 
 from __future__ import annotations
@@ -44,9 +49,18 @@ KINDS = ("implement", "explain", "read", "two-turn")
 
 def builtin_corpus_path(name: str) -> Path:
     """Path of a built-in corpus file, written on first use (`builtin:stdlib`, `builtin:stdlib-complete`,
-    `builtin:exercises`: typed exercises in a code benchmark's prompt shape, data/exercises.py)."""
+    `builtin:exercises`: typed exercises in a code benchmark's prompt shape, data/exercises.py; `builtin:general`:
+    prompts of ten categories for regeneration, data/general.py)."""
     from draftsmith.target import cache_dir
 
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if name == "general":  # its long texts are the stdlib's docstrings, so the file depends on the Python version
+        from draftsmith.data import general
+
+        path = cache_dir() / "corpus" / f"general-py{version}-{general.VERSION}.jsonl"
+        if not path.is_file():
+            write_rows(path, general.general_conversations())
+        return path
     if name == "exercises":
         from draftsmith.data import exercises
 
@@ -55,9 +69,9 @@ def builtin_corpus_path(name: str) -> Path:
             write_rows(path, exercises.exercise_conversations())
         return path
     if name not in ("stdlib", "stdlib-complete"):
-        raise DraftsmithError(f"Unknown built-in corpus 'builtin:{name}'. "
-                              "The built-in corpora are builtin:stdlib, builtin:stdlib-complete and builtin:exercises.")
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        suite = " (an evaluation prompt set: draftsmith eval --prompts builtin:suite)" * (name == "suite")
+        raise DraftsmithError(f"Unknown built-in corpus 'builtin:{name}'{suite}. The built-in corpora are "
+                              "builtin:stdlib, builtin:stdlib-complete, builtin:exercises and builtin:general.")
     path = cache_dir() / "corpus" / f"{name}-py{version}-{VERSION}.jsonl"
     if not path.is_file():
         write_stdlib_corpus(path, complete=name == "stdlib-complete")

@@ -40,7 +40,8 @@ class PrepareConfig:
     max_length: int = 2048
     """cut conversations to this many tokens (counted as `truncated` in the report)"""
     last_turn_only: bool = False
-    """train only on the last assistant turn of each conversation"""
+    """train only on the last assistant turn of each conversation (with regenerate, the turns before it are still
+    the target's own answers: every turn is written on-policy)"""
     eval_fraction: float = 0.02
     """share of conversations held out as the eval split"""
     strict: bool = False
@@ -115,6 +116,18 @@ def read_conversations(inputs: list[str], rejections: _Rejections, max_rows: int
     return rows_read, kept
 
 
+def _refuse_unwritten_answers(rows) -> None:
+    """Prompt-only inputs (builtin:general) hold answers only the target can write: refuse to train on their
+    placeholders without regeneration."""
+    from draftsmith.data.regenerate import PENDING
+
+    for source, line, record in rows:
+        if not is_completion(record) and any(m["role"] == "assistant" and m["content"] == PENDING for m in record):
+            raise DraftsmithError(f"{source}:{line}: this row holds prompts only (its answers are for the target to "
+                                  "write): prepare it with regeneration (prepare.regenerate=true, or "
+                                  "`draftsmith prepare --regenerate`).")
+
+
 # --------------------------------------------------------------------------- the command
 def prepare(config: PrepareConfig, target=None) -> dict:
     """Run the whole prepare step; returns the report that is also written to DIR/prepare_report.json."""
@@ -133,6 +146,8 @@ def prepare(config: PrepareConfig, target=None) -> dict:
                               f"(first reason: {rejections.items[0]['reason'] if rejections.items else 'none'}).")
     if any(not is_completion(record) for _, _, record in rows):
         target.require_chat_template(chat_template)
+    if not config.regenerate:
+        _refuse_unwritten_answers(rows)
     out.mkdir(parents=True, exist_ok=True)
     originals = None
     if config.regenerate:
@@ -145,8 +160,7 @@ def prepare(config: PrepareConfig, target=None) -> dict:
         regenerated = regenerate_conversations(
             writer, [(f"{s}:{l}", m) for s, l, m in rows], out / "regenerated.jsonl",
             temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-            batch_size=config.batch_size, seed=config.seed, last_turn_only=config.last_turn_only,
-            chat_template=chat_template,
+            batch_size=config.batch_size, seed=config.seed, chat_template=chat_template,
         )
         rows = [(s, l, m) for (s, l, _), m in zip(rows, regenerated)]
 

@@ -1,10 +1,18 @@
 """Regeneration: every assistant turn rewritten by the target itself, batched, resumable after kill -9.
 
 Drafters learn the target's own distribution, so training on the target's responses (not the
-dataset's) raises acceptance. Finished conversations are appended to a jsonl cache, one line per
-conversation, flushed and fsync'ed after every batch. On restart the cache is read, a torn last
-line (a kill in the middle of a write) is cut off, and only conversations without a line are
-generated: every conversation ends up in the cache exactly once.
+dataset's) raises acceptance. Conversations are answered on-policy: in a batch, turn 1 of every
+conversation is written first, then turn 2 of those that have one, given the target's own turn 1,
+and so on, so no answer follows a dataset answer. Turns holding `PENDING` (prompt-only corpora such
+as builtin:general) exist only to be written; a dataset turn the target answers with nothing keeps
+its text.
+
+Finished conversations are appended to a jsonl cache, one line per conversation (all its turns),
+flushed and fsync'ed after every batch. Batches are fixed by the whole input, not by what is left:
+rows sorted by size, cut every `batch_size`, batch i sampled with seed + i * batch_size. On restart
+the cache is read, a torn last line (a kill in the middle of a write) is cut off, and every batch
+with a row missing from the cache is generated again as a whole, writing only the missing rows: a
+resumed run writes what an uninterrupted one writes, and every conversation is in the cache once.
 """
 
 from __future__ import annotations
@@ -16,6 +24,9 @@ from pathlib import Path
 import torch
 
 from draftsmith.errors import DraftsmithError
+
+# The content of an assistant turn that only the target writes (prompt-only corpora such as builtin:general).
+PENDING = "(the target writes this answer: prepare with --regenerate)"
 
 
 def read_cache(path: Path) -> dict[str, list[dict]]:
@@ -48,32 +59,34 @@ def regenerate_conversations(
     max_new_tokens: int = 256,
     batch_size: int = 16,
     seed: int = 0,
-    last_turn_only: bool = False,
     chat_template: str | None = None,
 ) -> list:
-    """Rewrite assistant turns (or completions) of `rows` [(key, record)] with the target; returns records."""
+    """Rewrite every assistant turn (or completion) of `rows` [(key, record)] with the target; returns records. With
+    prepare's last_turn_only, only the last turn trains, but the turns before it are the target's own too."""
     from tqdm.auto import tqdm
 
     keys = [key for key, _ in rows]
     if len(set(keys)) != len(keys):
         raise DraftsmithError("Regeneration needs unique row keys (file:line); an input was given twice.")
     done = read_cache(cache_path)
-    pending = [(key, messages) for key, messages in rows if key not in done]
-    # Similar prompt lengths together: less padding per batch.
-    pending.sort(key=lambda row: _size(row[1]))
-    bar = tqdm(total=len(rows), initial=len(rows) - len(pending), desc="regenerate", unit="conv")
+    # Similar prompt lengths together: less padding per batch. A stable sort of all rows: the same batches on resume.
+    ordered = sorted(rows, key=lambda row: _size(row[1]))
+    bar = tqdm(total=len(rows), initial=sum(key in done for key in keys), desc="regenerate", unit="conv")
     with open(cache_path, "a", encoding="utf-8") as cache:
-        for start in range(0, len(pending), batch_size):
-            batch = pending[start:start + batch_size]
+        for start in range(0, len(ordered), batch_size):
+            batch = ordered[start:start + batch_size]
+            missing = [key not in done for key, _ in batch]
+            if not any(missing):
+                continue
             torch.manual_seed(seed + start)
-            new = regenerate_batch(target, [m for _, m in batch], temperature, max_new_tokens, last_turn_only,
-                                   chat_template)
-            for (key, _), messages in zip(batch, new):
-                cache.write(json.dumps({"key": key, "messages": messages}, ensure_ascii=False) + "\n")
-                done[key] = messages
+            new = regenerate_batch(target, [m for _, m in batch], temperature, max_new_tokens, chat_template)
+            for (key, _), messages, write in zip(batch, new, missing):
+                if write:
+                    cache.write(json.dumps({"key": key, "messages": messages}, ensure_ascii=False) + "\n")
+                    done[key] = messages
             cache.flush()
             os.fsync(cache.fileno())
-            bar.update(len(batch))
+            bar.update(sum(missing))
     bar.close()
     return [done[key] for key in keys]
 
@@ -84,9 +97,9 @@ def _size(record) -> int:
     return len(record[0]["content"]) + len(record[-1]["content"])
 
 
-def regenerate_batch(target, records, temperature, max_new_tokens, last_turn_only=False, chat_template=None):
-    """One batch: completions answered from their prompts, and assistant turn k of every conversation
-    generated together, k = 0, 1, ..."""
+def regenerate_batch(target, records, temperature, max_new_tokens, chat_template=None):
+    """One batch: completions answered from their prompts, and assistant turn k of every conversation generated
+    together, k = 0, 1, ..., each given the target's own turns before it."""
     records = [dict(r) if isinstance(r, dict) else [dict(m) for m in r] for r in records]
     completions = [r for r in records if isinstance(r, dict)]
     if completions:
@@ -96,14 +109,13 @@ def regenerate_batch(target, records, temperature, max_new_tokens, last_turn_onl
                 record["completion"] = text
     conversations = [r for r in records if not isinstance(r, dict)]
     turns = [[i for i, m in enumerate(c) if m["role"] == "assistant"] for c in conversations]
-    if last_turn_only:
-        turns = [t[-1:] for t in turns]
     for k in range(max((len(t) for t in turns), default=0)):
         todo = [(c, t[k]) for c, t in zip(conversations, turns) if k < len(t)]
         prompts = [c[:turn] for c, turn in todo]
         for (conversation, turn), text in zip(todo, generate(target, prompts, temperature, max_new_tokens,
                                                              chat_template)):
-            if text.strip():  # an empty answer keeps the original turn
+            # an empty answer keeps a dataset turn's text; a pending turn has none to keep
+            if text.strip() or conversation[turn]["content"] == PENDING:
                 conversation[turn]["content"] = text
     return records
 

