@@ -48,7 +48,8 @@ class CaptureConfig:
     """samples per target forward"""
     target_dtype: str = "auto"
     """dtype the target computes in (a copy when the loaded target has another): float32, bfloat16, float16, or
-    auto = bfloat16 for a float32 target on a CPU where bf16 measures faster (AMX: 1.86x, bench/data_dtype.py), else its own"""
+    auto = bfloat16 for a float32 target on a CPU where bf16 measures faster (AMX: 1.86x,
+    bench/studies/data_dtype.py), else its own"""
     shard: str = "none"
     """fsdp = split the target's weights over the processes of `accelerate launch` (each holds 1/N; see
     `target.shard` of a recipe) while each process still captures its own shards; none = a whole target each"""

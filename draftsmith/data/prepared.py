@@ -64,7 +64,7 @@ class PrepareConfig:
     dtype: str = "auto"
     """dtype the target runs in while it regenerates (a copy when the loaded target has another): float32,
     bfloat16, float16, or auto = bfloat16 for a float32 target on a CPU where bf16 measures faster (AMX: 1.76x
-    in bench/data_dtype.py), else the target's own"""
+    in bench/studies/data_dtype.py), else the target's own"""
     draft_vocab_size: int = 0
     """also build a draft vocabulary of this many tokens (0 = later, from token_counts.safetensors)"""
     chat_template: str | None = None

@@ -45,8 +45,8 @@ class DataSection:
     """folder of feature shards written by `draftsmith capture` (offline training)"""
     online: bool | None = None
     """compute target features inside the training loop from `prepared` instead of reading shards; null = online
-    when target.shard is set (a target that big would write terabytes of features: README "Targets bigger than
-    one GPU"), else offline"""
+    when target.shard is set (a target that big would write terabytes of features: docs/training.md, "Targets
+    bigger than one GPU"), else offline"""
     features_dtype: str = "bf16"
     """dtype of the features an offline run captures into `features` on its first run: bf16, fp16, fp32 or fp8
     (e4m3 with a scale per token and layer: half of bf16's disk and page cache, read back as bf16). Features
@@ -54,7 +54,7 @@ class DataSection:
     capture_dtype: str = "auto"
     """dtype the target computes in while an offline run captures (a copy of it when target.dtype differs):
     float32, bfloat16, float16, or auto = bfloat16 for a float32 target on a CPU where bf16 measures faster (AMX:
-    1.86x in bench/data_dtype.py, argmax as float32's at 97.9% of positions), else target.dtype"""
+    1.86x in bench/studies/data_dtype.py, argmax as float32's at 97.9% of positions), else target.dtype"""
     topk_logits: int = 0
     """also give each token the target's top-K logits (captured with the features offline, computed per batch
     online and for validation). EAGLE takes the target's argmax from them, sparing a pass over the whole
