@@ -5,6 +5,10 @@ layer i**, which is `hidden_states[i + 1]` in Hugging Face's `output_hidden_stat
 Features are taken with forward hooks on those layers, never by keeping every hidden state.
 (For the last layer, HF's final `hidden_states` entry already has the final norm applied; our
 feature is the layer's raw output, and `Target.head` applies the norm before the lm_head.)
+
+This module holds `Target` (facts, fingerprint, forward) and `load_target`, with the choices around them (dtype,
+device, cache folder). Elsewhere: reading the weights (`target_loading`), the layer hooks and CPU attention of a
+forward pass (`target_features`), the frozen final norm and lm_head (`target_head`).
 """
 
 from __future__ import annotations
@@ -14,18 +18,20 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.files import file_sha256
+from draftsmith.target_features import (
+    capture_into,
+    find_decoder_layers,
+    use_grouped_attention,
+)
+from draftsmith.target_head import TargetHead
 
 # Built-in targets that a pip package ships: alias -> (package, file inside it, install hint).
 BUILTIN_TARGETS = {
@@ -79,7 +85,8 @@ def cpu_bf16_is_faster(rows: int = 512, width: int = 1024, repeats: int = 5) -> 
 def working_dtype(dtype: str | torch.dtype, target: Target | None = None) -> torch.dtype:
     """The dtype for work that only reads the target's outputs (regeneration, feature capture). "auto": bfloat16
     for a float32 target on a CPU where bf16 measures faster (AMX: 1.76x regeneration, 1.86x capture, argmax
-    as float32's at 97.9% of positions, bench/data_dtype.py), else the target's own dtype (float32 before one is loaded)."""
+    as float32's at 97.9% of positions, bench/studies/data_dtype.py), else the target's own dtype (float32 before
+    one is loaded)."""
     if dtype != "auto":
         return parse_dtype(dtype)
     own = target.dtype if target is not None else torch.float32
@@ -272,7 +279,7 @@ class Target:
                     f"({self.num_layers} decoder layers, ids 0..{self.num_layers - 1})."
                 )
         features: dict[int, torch.Tensor] = {}
-        handles = [self.layers[i].register_forward_hook(_capture_into(features, i)) for i in layers]
+        handles = [self.layers[i].register_forward_hook(capture_into(features, i)) for i in layers]
         try:
             with self.gathered():
                 if logits:
@@ -328,131 +335,14 @@ def fingerprint_mismatch(recorded: dict | None, current: dict, model: bool = Tru
     return f"it was made for target '{recorded.get('name')}', not '{current.get('name')}' ({'; '.join(differences)})"
 
 
-class TargetHead:
-    """The target's final norm and lm_head, applied to the output of its last decoder layer.
-
-    Calling it gives logits over the whole vocabulary; `draft_targets` gives what a reduced-vocabulary
-    drafter trains on (logits over its rows and the full-vocabulary argmax) without ever holding
-    [positions, vocabulary] logits: on a large vocabulary that is most of a training step's memory."""
-
-    CHUNK = 16384  # vocabulary rows per matmul when the whole vocabulary's argmax is needed
-
-    def __init__(self, target: Target):
-        self.target = target
-
-    def __call__(self, last_layer_features: torch.Tensor) -> torch.Tensor:
-        """Logits over the whole vocabulary, in the target's dtype, whatever dtype the features arrive in."""
-        with self.target.gathered():
-            head = self.target.model.get_output_embeddings()
-            return head(self.target.final_norm(last_layer_features.to(head.weight.dtype)))
-
-    @torch.no_grad()
-    def draft_targets(self, last_layer_features: torch.Tensor, ids: torch.Tensor,
-                      argmax: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(logits over vocabulary rows `ids` [..., N], argmax over the whole vocabulary [...] or None when
-        `argmax` is false: then only the N rows are computed).
-
-        The argmax runs over contiguous slices of the head's weight, which give the `ids` columns on the way:
-        no copy of the vocabulary's rows is gathered, and no row is multiplied twice."""
-        with self.target.gathered():
-            return self._draft_targets(last_layer_features, ids, argmax)
-
-    def _draft_targets(self, last_layer_features: torch.Tensor, ids: torch.Tensor,
-                       argmax: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        head = self.target.model.get_output_embeddings()
-        weight, bias = head.weight, getattr(head, "bias", None)
-        # Features come in their storage dtype (bf16 shards, fp8 read back as bf16); some norms (Gemma, OLMo-2)
-        # return their input's dtype, so the head would see bf16 against its own fp32 weight.
-        hidden = self.target.final_norm(last_layer_features.to(weight.dtype))
-        if not argmax:
-            return F.linear(hidden, weight[ids], None if bias is None else bias[ids]), None
-        logits = best = found = None
-        for start in range(0, weight.shape[0], self.CHUNK):
-            end = min(start + self.CHUNK, weight.shape[0])
-            part = F.linear(hidden, weight[start:end], None if bias is None else bias[start:end])
-            if logits is None:
-                logits = part.new_empty(*part.shape[:-1], ids.numel())
-            inside = (ids >= start) & (ids < end)
-            logits[..., inside] = part[..., ids[inside] - start]
-            value, index = part.max(-1)
-            if best is None:
-                best, found = value, index
-            else:  # strictly greater: ties keep the lower id, as an argmax over the whole row does
-                better = value > best
-                best, found = torch.where(better, value, best), torch.where(better, index + start, found)
-        return logits, found
-
-
 # --------------------------------------------------------------------------- arithmetic on CPU
 def flush_denormals() -> bool:
     """Compute with denormal floats (below 1.2e-38) as zero on this CPU (FTZ/DAZ), in this thread and in every
     thread it starts later: torch's thread pool inherits the mode from the thread that creates it, so call this
     before the first parallel op. A training drafter's sharpening softmaxes produce ever more denormals, and an
     x86 core takes ~100x longer on each: step times grew 1.55x by step 2916 of the default recipe without it
-    (README, "Training levers"). False where the CPU has no such mode."""
+    (docs/levers.md). False where the CPU has no such mode."""
     return torch.set_flush_denormal(True)
-
-
-# --------------------------------------------------------------------------- attention on CPU
-GROUPED_SDPA = "draftsmith_sdpa"
-
-
-def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """transformers' SDPA attention, except that on CPU a masked pass of grouped-query attention reads the
-    shared keys/values in place (`enable_gqa`) instead of copying them once per query head.
-
-    Verify and tree passes carry a mask, one-token steps do not, and transformers copies the whole cache per
-    head only in the masked case: at 8192 cached tokens that copy made a 5-token verify pass cost ~3 plain
-    steps (bench/long_context.py). Same numbers either way; every other case is transformers' own path."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    plain = (attention_mask is None or query.device.type != "cpu" or getattr(module, "num_key_value_groups", 1) <= 1
-             or kwargs.get("position_bias") is not None or kwargs.get("s_aux") is not None
-             or kwargs.get("softcap") is not None or kwargs.get("output_attentions"))
-    if plain:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
-                                         scale=scaling, enable_gqa=True)
-    return out.transpose(1, 2).contiguous(), None
-
-
-def use_grouped_attention(model: nn.Module) -> None:
-    """Switch a model that uses transformers' SDPA attention to `grouped_sdpa` (identical results)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    if getattr(model.config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation"):
-        return
-    AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)
-    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)  # the masks SDPA gets (without it: no mask at all)
-    try:
-        model.set_attn_implementation(GROUPED_SDPA)
-    except (ValueError, TypeError, NotImplementedError):  # a model that refuses custom attention keeps plain SDPA
-        return
-
-
-def _capture_into(store: dict[int, torch.Tensor], layer_id: int):
-    def hook(_module, _inputs, output):
-        store[layer_id] = output[0] if isinstance(output, tuple) else output
-
-    return hook
-
-
-def find_decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The decoder-layer list of a causal LM (`model.model.layers` and its look-alikes)."""
-    count = getattr(model.config, "num_hidden_layers", None)
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-    layers = getattr(decoder, "layers", None) or getattr(decoder, "h", None)
-    if isinstance(layers, nn.ModuleList) and (count is None or len(layers) == count):
-        return layers
-    for _name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and count is not None and len(module) == count:
-            return module
-    raise DraftsmithError(
-        f"Cannot find the decoder layers of {type(model).__name__}: expected a ModuleList of "
-        f"{count} layers (such as model.model.layers). This architecture is not supported yet."
-    )
 
 
 # --------------------------------------------------------------------------- loading
@@ -463,15 +353,17 @@ def load_target(
     device: str = "cpu",
 ) -> Target:
     """Load a target from a built-in alias, a `.gguf` file, a local folder or a hub id."""
+    from draftsmith.target_loading import load_folder, load_gguf, load_hub
+
     torch_dtype = parse_dtype(dtype)
     if spec in BUILTIN_TARGETS:
-        model, tokenizer = _load_gguf(builtin_gguf_path(spec), torch_dtype)
+        model, tokenizer = load_gguf(builtin_gguf_path(spec), torch_dtype)
     elif spec.endswith(".gguf"):
-        model, tokenizer = _load_gguf(Path(spec), torch_dtype)
+        model, tokenizer = load_gguf(Path(spec), torch_dtype)
     elif Path(spec).exists() or spec.startswith((".", "/", "~")):
-        model, tokenizer = _load_folder(Path(spec).expanduser(), torch_dtype, trust_remote_code)
+        model, tokenizer = load_folder(Path(spec).expanduser(), torch_dtype, trust_remote_code)
     else:
-        model, tokenizer = _load_hub(spec, torch_dtype, trust_remote_code)
+        model, tokenizer = load_hub(spec, torch_dtype, trust_remote_code)
     return Target(model.to(device), tokenizer, name=spec)
 
 
@@ -488,137 +380,3 @@ def builtin_gguf_path(alias: str) -> Path:
     if not path.is_file():
         raise DraftsmithError(f"The package '{package}' is installed but {path} is missing. Reinstall: {install}")
     return path
-
-
-# Bumped whenever the layout of the dequantized folder changes, so that caches written by older
-# versions (layout 1: tied embeddings stored only as lm_head.weight) are never loaded again.
-GGUF_CACHE_LAYOUT = 2
-
-
-def gguf_cache_folder(path: Path) -> Path:
-    """The folder a GGUF file is dequantized into: keyed by the file's hash and the layout version."""
-    return cache_dir() / "gguf" / f"{file_sha256(path)[:24]}-layout{GGUF_CACHE_LAYOUT}"
-
-
-def _load_gguf(path: Path, dtype: torch.dtype):
-    """Dequantize a GGUF once, cache it as safetensors keyed by the file hash, load the cache."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = path.expanduser()
-    if not path.is_file():
-        raise DraftsmithError(f"GGUF file '{path}' does not exist. Check the path.")
-    with open(path, "rb") as handle:
-        if handle.read(4) != b"GGUF":
-            raise DraftsmithError(f"'{path}' is not a GGUF file (its first bytes are not 'GGUF').")
-    cached = gguf_cache_folder(path)
-    if not (cached / "config.json").is_file():
-        try:
-            model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        except Exception as err:  # gguf raises many types for truncated/corrupt files
-            raise DraftsmithError(
-                f"Could not read GGUF file '{path}': {type(err).__name__}: {err}. The file may be "
-                "truncated or corrupt; download or reinstall it."
-            ) from err
-        _save_atomically(model, tokenizer, cached)
-    return _load_folder(cached, dtype, trust_remote_code=False)
-
-
-def _standard_state_dict(model) -> dict[str, torch.Tensor]:
-    """The tensors under the names `save_pretrained` uses: of tied tensors, the input embedding's name
-    is kept (`model.embed_tokens.weight`) and the tied copy (`lm_head.weight`) dropped, so engines
-    that load the verifier by name find the embedding, and `from_pretrained` re-ties the head."""
-    params = model.state_dict(keep_vars=True)
-    embedding = model.get_input_embeddings().weight
-    kept, pointers = {}, set()
-    for name in sorted(params, key=lambda name: params[name] is not embedding):  # the embedding first
-        tensor = params[name].detach()
-        if tensor.data_ptr() not in pointers:
-            pointers.add(tensor.data_ptr())
-            kept[name] = tensor.contiguous()
-    return kept
-
-
-def _save_atomically(model, tokenizer, destination: Path) -> None:
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=destination.name + ".tmp", dir=destination.parent))
-    staging.chmod(0o755)
-    try:
-        # GGUF-loaded models refuse save_pretrained (they count as quantized); the weights are
-        # already dequantized, so write the config without its quantization entry and the tensors.
-        from safetensors.torch import save_file
-
-        config = model.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        config.save_pretrained(staging)
-        save_file(_standard_state_dict(model), str(staging / "model.safetensors"), metadata={"format": "pt"})
-        tokenizer.save_pretrained(staging)
-        if destination.exists():  # another process won the race; keep theirs
-            shutil.rmtree(staging)
-        else:
-            os.replace(staging, destination)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _load_folder(path: Path, dtype: torch.dtype, trust_remote_code: bool):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if not path.exists():
-        raise DraftsmithError(f"Target folder '{path}' does not exist. Check the path.")
-    if not (path / "config.json").is_file():
-        raise DraftsmithError(f"Folder '{path}' has no config.json, so it is not a Hugging Face model folder.")
-    weights = [p for p in path.iterdir() if p.suffix in (".safetensors", ".bin") or p.name.endswith(".index.json")]
-    if not weights:
-        raise DraftsmithError(
-            f"Folder '{path}' has a config.json but no weights (*.safetensors or *.bin). "
-            "Copy the weight files next to it or point to another folder."
-        )
-    from transformers.utils import logging as hf_logging
-
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # loading a local folder takes a second; no bar needed
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except Exception:  # a weights-only folder is still usable for features
-        tokenizer = None
-    return model, tokenizer
-
-
-def _load_hub(repo_id: str, dtype: torch.dtype, trust_remote_code: bool):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            repo_id, dtype=dtype, trust_remote_code=trust_remote_code, local_files_only=True
-        )
-        tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=trust_remote_code, local_files_only=True)
-        return model, tokenizer
-    except OSError:
-        pass
-    import huggingface_hub
-
-    if huggingface_hub.is_offline_mode():
-        raise DraftsmithError(
-            f"Target '{repo_id}' is not a local path and not in the Hugging Face cache, and "
-            "offline mode is on (HF_HUB_OFFLINE). Without network, pass a local model folder or a "
-            ".gguf file, or the built-in 'smollm2-135m-instruct'."
-        )
-    try:
-        model = AutoModelForCausalLM.from_pretrained(repo_id, dtype=dtype, trust_remote_code=trust_remote_code)
-        tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=trust_remote_code)
-        return model, tokenizer
-    except Exception as err:
-        raise DraftsmithError(
-            f"Could not load target '{repo_id}': it is not a local path, not in the Hugging Face "
-            f"cache, and downloading it failed ({type(err).__name__}: {str(err).splitlines()[0][:200]}). "
-            "Without network, pass a local model folder or a .gguf file, or the built-in "
-            "'smollm2-135m-instruct'."
-        ) from err

@@ -11,6 +11,7 @@ from tiny import tiny_target
 from draftsmith.config import build
 from draftsmith.data.capture import parse_layers
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, dflash, kind_module
+from draftsmith.drafters.dflash_layers import block_attention_mask, flex_block_mask
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.decoder import plain_generate, speculative_generate
 
@@ -114,7 +115,7 @@ def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, vocab_size):
 
 def test_the_attention_mask_is_context_before_the_anchor_and_the_whole_own_block():
     anchors, length, size = torch.tensor([[3, 7], [1, 5]]), 10, 4
-    mask = dflash.block_attention_mask(anchors, length, size)
+    mask = block_attention_mask(anchors, length, size)
     assert mask.shape == (2, 1, 8, 18)
     for row in range(2):
         for query in range(8):
@@ -297,9 +298,9 @@ def test_flex_attention_block_masks_give_the_sdpa_loss(tiny_qwen3):
         block = torch.full((2, 16), flex.mask_token_id)
         positions = torch.arange(16)[None].expand(2, -1)
         context = flex.context_kv(batch["features"], 0, 40)
-        masks = [dflash.flex_block_mask(a.clamp(min=0), 40, 4) for a in (anchors, anchors + 1)]
+        masks = [flex_block_mask(a.clamp(min=0), 40, 4) for a in (anchors, anchors + 1)]
         right, shifted = (flex.blocks(block, positions, context, m) for m in masks)  # context one too far: differs
-        torch.testing.assert_close(right, flex.blocks(block, positions, context, dflash.block_attention_mask(
+        torch.testing.assert_close(right, flex.blocks(block, positions, context, block_attention_mask(
             anchors.clamp(min=0), 40, 4)), rtol=1e-5, atol=1e-5)
         assert not torch.allclose(right, shifted, atol=1e-4)
     assert not make(target, attention="auto").uses_flex(torch.device("cpu"))

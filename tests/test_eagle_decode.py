@@ -129,7 +129,7 @@ def test_grouped_query_attention_equals_repeated_keys(with_mask):
     import torch.nn.functional as F
     from transformers.models.llama.modeling_llama import repeat_kv
 
-    from draftsmith.drafters.eagle import _grouped_query_attention
+    from draftsmith.drafters.eagle_layers import grouped_query_attention
 
     generator = torch.Generator().manual_seed(0)
     q, keys, values = (torch.randn(shape, generator=generator) for shape in [(1, 6, 4, 8), (1, 2, 11, 8), (1, 2, 11, 8)])
@@ -137,7 +137,7 @@ def test_grouped_query_attention_equals_repeated_keys(with_mask):
     if mask is not None:
         mask[:, 0] = True  # every query sees something
     expected = F.scaled_dot_product_attention(q, repeat_kv(keys, 3), repeat_kv(values, 3), mask)
-    torch.testing.assert_close(_grouped_query_attention(q, keys, values, mask), expected)
+    torch.testing.assert_close(grouped_query_attention(q, keys, values, mask), expected)
 
 
 def test_the_causal_prompt_pass_equals_the_masked_pass(tiny_llama):

@@ -142,7 +142,8 @@ def test_gguf_folder_has_the_standard_layout_and_loads_by_name(smollm2):
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
 
-    from draftsmith.target import builtin_gguf_path, gguf_cache_folder
+    from draftsmith.target import builtin_gguf_path
+    from draftsmith.target_loading import gguf_cache_folder
 
     folder = gguf_cache_folder(builtin_gguf_path("smollm2-135m-instruct"))
     with safe_open(str(folder / "model.safetensors"), "pt") as handle:
@@ -160,7 +161,7 @@ def test_gguf_folder_has_the_standard_layout_and_loads_by_name(smollm2):
 def test_grouped_attention_equals_transformers_sdpa_on_masked_cached_passes(arch, monkeypatch):
     """A Target switches SDPA models to `grouped_sdpa`: the same logits as transformers' own SDPA for padded,
     cached multi-token passes (verify passes), but the grouped keys are read in place instead of repeated."""
-    import draftsmith.target as target_module
+    from draftsmith import target_features
     from tiny import byte_tokenizer, tiny_model
     from transformers import DynamicCache
 
@@ -169,7 +170,7 @@ def test_grouped_attention_equals_transformers_sdpa_on_masked_cached_passes(arch
     assert (reference.config._attn_implementation, ours.config._attn_implementation) == ("sdpa", "draftsmith_sdpa")
     grouped = []
     real_sdpa = torch.nn.functional.scaled_dot_product_attention
-    monkeypatch.setattr(target_module.F, "scaled_dot_product_attention",
+    monkeypatch.setattr(target_features.F, "scaled_dot_product_attention",
                         lambda *a, **k: grouped.append(k.get("enable_gqa")) or real_sdpa(*a, **k))
     ids = torch.randint(0, 256, (2, 20), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)

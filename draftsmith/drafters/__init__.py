@@ -86,6 +86,8 @@ class Proposer(Protocol):
 #                               .proposer(target) -> Proposer (decode-time view of this drafter)
 #   create(config, target, draft_vocab=None) -> Drafter
 #   load_proposer(folder, target) -> Proposer
+# A kind whose file would carry two jobs keeps its decode-time Proposer class (and its layers) in files beside it,
+# <kind>_proposer.py (<kind>_layers.py); the names above stay in the kind's own module.
 # A saved drafter folder holds config.json with "draftsmith_kind": <kind> and model.safetensors.
 KINDS = {
     "eagle": "draftsmith.drafters.eagle",

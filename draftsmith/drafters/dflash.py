@@ -13,23 +13,18 @@ library's reduced-vocabulary DFlash do); its soft labels are the target's distri
 
 Block position k (1..B-1) predicts x_{a+k}; its label is the target's distribution at a+k-1 (soft labels).
 
-Decoding: `DecodeState.features` hold the target's features at committed positions 0..T-2, so the block sits
-at the last committed token T-1 and the context covers positions < T-1, exactly the training layout. Context
-keys/values depend on c only (not on the block), so the proposer caches them per layer and rolls them back
-by comparing its tokens with `state.tokens`.
-
 DSpark (`variant: dspark`) adds two small heads on the same backbone, which still runs once per block:
 - a sequential (Markov) head: block position k's logits get the low-rank bias markov_w2(markov_w1[prev_k]), prev_k
   the block token just before k (the anchor for k = 1; in decoding, the token drafted at k-1), so drafting walks
   the block left to right with this cheap bias only;
 - a confidence head: sigmoid(confidence([hidden_k; markov_w1[prev_k]])) predicts that position k is accepted,
   trained (BCE, weight `confidence_weight`) against whether the biased draft's top token is the target's there.
-  Decoding cuts the block by `draftsmith.cost.StoppingRule` read off the verify-cost curve t(n): position k is
-  drafted only if, projecting its own confidence onto the positions after it, some length >= k gives more expected
-  tokens per unit of verify cost than stopping before k. The rule looks at confidences 1..k only, which depend on
-  tokens before k, so whether a token is drafted never depends on that token and sampling stays lossless.
+  Decoding cuts each block where the confidences stop paying for their verify cost (`dflash_proposer`).
 These are the speculators library's DSpark heads (`markov_head_type: vanilla`, `confidence_head_with_markov`) in
 the block layout whose position 0 is the anchor (its `sample_from_anchor: false`).
+
+This module holds the options, the drafter (training loss, saving, loading) and how one is built for a target; the
+draft layers and the masks of the block layout are in `dflash_layers`, the decode-time proposer in `dflash_proposer`.
 """
 
 from __future__ import annotations
@@ -43,24 +38,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import Qwen3Config
-from transformers.models.qwen3.modeling_qwen3 import (
-    Qwen3MLP,
-    Qwen3RMSNorm,
-    Qwen3RotaryEmbedding,
-    rotate_half,
-)
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, Qwen3RotaryEmbedding
 
 from draftsmith.config import build
-from draftsmith.cost import CutsDrafts
 from draftsmith.data.vocab import checked_draft_vocab
-from draftsmith.drafters import (
-    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, soft_labels,
-    target_info,
-)
-from draftsmith.drafters.tree import dynamic_tree
+from draftsmith.drafters import check_target, load_attached, read_folder, save_folder, soft_labels, target_info
+from draftsmith.drafters.dflash_layers import Layer, block_attention_mask, flex_block_mask
+from draftsmith.drafters.dflash_proposer import DFlashProposer
 from draftsmith.errors import DraftsmithError
-from draftsmith.sampling import target_probs
-
 
 
 @dataclass
@@ -126,102 +111,7 @@ def default_layer_ids(num_layers: int, count: int) -> list[int]:
     return [round(1 + i * (num_layers - 4) / (count - 1)) for i in range(count)]
 
 
-def block_attention_mask(anchors: torch.Tensor, length: int, block_size: int) -> torch.Tensor:
-    """Boolean [b, 1, N*B, length + N*B]: block n's queries see context keys j < anchors[:, n] and its own block."""
-    which = torch.arange(anchors.shape[1], device=anchors.device).repeat_interleave(block_size)
-    context = torch.arange(length, device=anchors.device) < anchors.repeat_interleave(block_size, 1)[..., None]
-    own = (which[:, None] == which[None, :]).expand(anchors.shape[0], -1, -1)
-    return torch.cat([context, own], -1)[:, None]
-
-
-def flex_block_mask(anchors: torch.Tensor, length: int, block_size: int):
-    """`block_attention_mask` as a flex_attention BlockMask (the same rule, evaluated block-sparsely)."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    def rule(b, _head, query, key):
-        block = query // block_size
-        return torch.where(key < length, key < anchors[b, block], (key - length) // block_size == block)
-
-    queries = anchors.shape[1] * block_size
-    return create_block_mask(rule, anchors.shape[0], None, queries, length + queries, device=anchors.device)
-
-
-_compiled_flex = None
-
-
-def flex_attention(q, k, v, block_mask, enable_gqa: bool) -> torch.Tensor:
-    """flex_attention, compiled once per process on CUDA. On a CPU it runs torch's uncompiled reference code
-    (forward only, slow): torch 2.13's compiled CPU kernel has no backward and, measured here, returns wrong
-    values or NaN at head_dim 16."""
-    global _compiled_flex
-    from torch.nn.attention.flex_attention import flex_attention as flex
-
-    if q.device.type == "cpu":
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()": on purpose here
-            return flex(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex)
-    return _compiled_flex(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return x * cos[:, None] + rotate_half(x) * sin[:, None]
-
-
 # --------------------------------------------------------------------------- the model
-class Attention(nn.Module):
-    """Qwen3-style attention whose keys/values are the context's and the block's; queries from the block."""
-
-    def __init__(self, config: Qwen3Config):
-        super().__init__()
-        H, d = config.hidden_size, config.head_dim
-        self.heads, self.kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, d
-        self.q_proj = nn.Linear(H, self.heads * d, bias=config.attention_bias)
-        self.k_proj = nn.Linear(H, self.kv_heads * d, bias=config.attention_bias)
-        self.v_proj = nn.Linear(H, self.kv_heads * d, bias=config.attention_bias)
-        self.o_proj = nn.Linear(self.heads * d, H, bias=config.attention_bias)
-        self.q_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
-        self.k_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
-
-    def key_value(self, x: torch.Tensor, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
-        """Normed, rotated keys and values [b, kv_heads, n, d] of `x` [b, n, H]."""
-        b, n = x.shape[:2]
-        k = self.k_norm(self.k_proj(x).view(b, n, self.kv_heads, self.head_dim)).transpose(1, 2)
-        return _rope(k, cos, sin), self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-
-    def forward(self, x, context_kv, cos, sin, mask) -> torch.Tensor:
-        """Attention output [b, n, H] for block hiddens `x`; `mask`: [b, 1, n, context + n] boolean, a flex
-        BlockMask of the same rule, or None (everything visible)."""
-        b, n = x.shape[:2]
-        q = _rope(self.q_norm(self.q_proj(x).view(b, n, self.heads, self.head_dim)).transpose(1, 2), cos, sin)
-        k, v = self.key_value(x, cos, sin)
-        k, v = torch.cat([context_kv[0], k], 2), torch.cat([context_kv[1], v], 2)
-        if mask is not None and not isinstance(mask, torch.Tensor):
-            out = flex_attention(q, k, v, mask, enable_gqa=self.heads != self.kv_heads)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
-
-
-class Layer(nn.Module):
-    """Pre-norm Qwen3 decoder layer; the context goes into k/v as it is (no input norm), as the reference does."""
-
-    def __init__(self, config: Qwen3Config):
-        super().__init__()
-        self.self_attn = Attention(config)
-        self.mlp = Qwen3MLP(config)
-        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-
-    def forward(self, x, context_kv, cos, sin, mask) -> torch.Tensor:
-        """The layer on block hiddens `x` [b, n, H]."""
-        x = x + self.self_attn(self.input_layernorm(x), context_kv, cos, sin, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-
 class Drafter(nn.Module):
     """DFlash draft layers on the frozen target; `forward(batch, target_head)` is the training loss."""
 
@@ -502,125 +392,3 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
 def load_proposer(folder: str | Path, target) -> DFlashProposer:
     """A saved DFlash folder as a Proposer for `target`."""
     return load_attached(Drafter, folder, target).proposer(target)
-
-
-# --------------------------------------------------------------------------- decoding
-class DFlashProposer(CutsDrafts):
-    """One forward per cycle: block [x_{T-1}, MASK...] at T-1 over cached context keys of positions < T-1."""
-
-    def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
-        self.drafter, self.generator = drafter.eval(), generator
-        self.required_layers = list(drafter.layer_ids)
-        self.can_cut = drafter.dspark  # DSpark's confidence head (see CutsDrafts)
-        self.confidence_cut = drafter.dspark and drafter.config.confidence_cut
-        self.longest_draft = drafter.config.block_size - 1
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget the previous request."""
-        self.context: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer, positions 0..n-1
-        self.cached = torch.zeros(0, dtype=torch.long)  # the committed tokens those positions came from
-
-    def describe(self) -> dict:
-        """Kind, options and trained parameter count."""
-        described = {"kind": "dflash", **dataclasses.asdict(self.drafter.config),
-                     "draft_vocab_size": self.drafter.sizes.get("draft_vocab_size"),
-                     "parameters": sum(p.numel() for p in self.drafter.parameters())}
-        return {**described, **self.describe_cut()} if self.drafter.dspark else described
-
-    @torch.no_grad()
-    def _catch_up(self, state: DecodeState) -> None:
-        """Keep the cached context positions whose tokens still match, add those committed since (< T-1)."""
-        tokens = state.tokens[0].cpu()
-        common = min(self.cached.numel(), tokens.numel())
-        same = int(torch.cumprod((self.cached[:common] == tokens[:common]).long(), 0).sum())
-        have = 0 if self.context is None else self.context[0][0].shape[2]
-        keep, end = min(have, same), tokens.numel() - 1  # the feature at j depends on tokens 0..j
-        new = self.drafter.context_kv(state.features, keep, end)
-        if self.context is None:
-            self.context = new
-        else:
-            self.context = [(torch.cat([k[:, :, :keep], nk], 2), torch.cat([v[:, :, :keep], nv], 2))
-                            for (k, v), (nk, nv) in zip(self.context, new)]
-        self.cached = tokens[:end].clone()
-
-    @torch.no_grad()
-    def block_hidden(self, state: DecodeState) -> torch.Tensor:
-        """Normed hiddens [B, H] of the block [x_{T-1}, MASK...] at the last committed token."""
-        if state.tokens.shape[1] < 2:
-            raise DraftsmithError("The DFlash drafter needs two committed tokens (one target feature) to draft.")
-        self._catch_up(state)
-        drafter, T = self.drafter, state.tokens.shape[1]
-        size, device = drafter.config.block_size, drafter.fc.weight.device
-        block = torch.full((1, size), drafter.mask_token_id, dtype=torch.long, device=device)
-        block[0, 0] = state.tokens[0, -1]
-        positions = torch.arange(T - 1, T - 1 + size, device=device)[None]
-        return drafter.blocks(block, positions, self.context, None)[0]  # no mask: all context < T-1, block is free
-
-    @torch.no_grad()
-    def block_logits(self, state: DecodeState) -> torch.Tensor:
-        """Backbone logits [B-1, N] over the head's rows at block positions 1..B-1 (DSpark's Markov bias not added:
-        it needs the draft)."""
-        return self.drafter.logits(self.block_hidden(state)[1:])
-
-    @torch.no_grad()
-    def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
-        """min(length, B-1) tokens from one forward: greedy, or each sampled from its own q (lossless). DSpark
-        walks the block adding each position's Markov bias and stops where its confidences stop paying."""
-        if shape.tree is not None:
-            return self.tree(state, *shape.tree)
-        drafter = self.drafter
-        hidden = self.block_hidden(state)[1 : 1 + shape.length]
-        logits = drafter.logits(hidden)
-        if not drafter.dspark:
-            if sampling.greedy:
-                return Draft(drafter.to_target(logits.argmax(-1)).cpu())
-            # Block positions do not see each other's draft, so each q_k is the full law of x_k given the prefix.
-            q = target_probs(logits, sampling)
-            rows = torch.multinomial(q, 1, generator=self.generator)[:, 0]
-            return Draft(drafter.to_target(rows).cpu(), probs=drafter.to_vocabulary(q).cpu())
-        return self._walk(hidden, logits, state.tokens[0, -1], sampling)
-
-    @torch.no_grad()
-    def tree(self, state: DecodeState, depth: int, top_k: int, total_tokens: int) -> Draft:
-        """A tree from the same single forward: EAGLE-2's best-first growth over the block positions' top-k, a
-        depth-d node's children being position d+1's picks (DSpark: with the Markov bias of that node's token)."""
-        hidden = self.block_hidden(state)[1 : 1 + depth]
-        logits = self.drafter.logits(hidden)
-        depth_of: dict[int, int] = {}
-
-        def children(position: int, tokens: torch.Tensor) -> torch.Tensor:  # tokens: the parents' target ids
-            rows = logits[position].expand(tokens.numel(), -1)
-            if self.drafter.dspark:
-                rows = rows + self.drafter.markov(hidden[position].expand(tokens.numel(), -1), tokens)[0]
-            return torch.log_softmax(rows, -1).cpu()
-
-        def grow(node_ids, rows, parent_ids):  # rows: the frontier's head rows
-            depths = [1 if int(p) < 0 else depth_of[int(p)] + 1 for p in parent_ids]
-            depth_of.update({int(n): d for n, d in zip(node_ids, depths)})
-            return children(depths[0], self.drafter.to_target(rows))  # one frontier is one depth
-
-        root = children(0, state.tokens[0, -1:].to(logits.device))[0]
-        rows, parents, _ = dynamic_tree(root, grow, len(logits), top_k, total_tokens)
-        return Draft(self.drafter.to_target(rows), parents)
-
-    def _walk(self, hidden, logits, anchor, sampling: Sampling) -> Draft:
-        """DSpark: position k's logits plus the Markov bias of the token drafted before it, left to right."""
-        drafter, rule = self.drafter, self.stopping_rule(len(logits))
-        tokens, probs, prev = [], [], anchor.reshape(())
-        for k in range(len(logits)):
-            bias, confidence = drafter.markov(hidden[k], prev)
-            if rule is not None and not rule.keep(float(torch.sigmoid(confidence))):
-                break
-            row = logits[k] + bias
-            if sampling.greedy:
-                prev = drafter.to_target(row.argmax())
-            else:
-                q = target_probs(row[None], sampling)[0]
-                prev = drafter.to_target(torch.multinomial(q, 1, generator=self.generator)[0])
-                probs.append(q)
-            tokens.append(prev)
-        drafted = torch.stack(tokens).cpu() if tokens else torch.zeros(0, dtype=torch.long)
-        if sampling.greedy:
-            return Draft(drafted)
-        return Draft(drafted, probs=drafter.to_vocabulary(torch.stack(probs) if probs else logits[:0]).cpu())

@@ -10,6 +10,10 @@ t+1+j. `loss_mask[s] = 1` marks tokens to learn: a prediction counts when the to
 Weights use the speculators / vLLM EAGLE-3 names (`fc`, `layers.0.*`, `norm`, `lm_head`, `d2t`,
 `t2d`). The frozen target parts (embedding, final norm, lm_head) are never stored: a drafter is
 attached to its target (`attach`), checked by fingerprint, and reads them from there, as engines do.
+
+This module holds the options, the drafter (training loss, saving, loading) and how one is built for a target; the
+draft layer and its attentions are in `eagle_layers`, the decode-time proposer (chains and EAGLE-2 trees over a
+cache of committed positions) in `eagle_proposer`.
 """
 
 from __future__ import annotations
@@ -23,20 +27,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import (
-    LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb, repeat_kv,
-)
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, repeat_kv
 
 from draftsmith.config import build
-from draftsmith.cost import OPEN_CHAIN_REACH, CutsDrafts
 from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import (
-    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder,
-    save_folder, soft_labels, stored_soft_labels, target_info,
+    check_target, load_attached, predicting_positions, read_folder, save_folder, soft_labels, stored_soft_labels,
+    target_info,
 )
-from draftsmith.drafters.tree import TreeSlots, dynamic_tree
+from draftsmith.drafters.eagle_layers import DraftLayer, grouped_query_attention, ttt_attention
+from draftsmith.drafters.eagle_proposer import EagleProposer
 from draftsmith.errors import DraftsmithError
-from draftsmith.sampling import target_probs
 
 
 @dataclass
@@ -74,44 +75,6 @@ class Config:
 
 
 # --------------------------------------------------------------------------- the model
-class DraftLayer(nn.Module):
-    """The single decoder layer; the attention itself is the caller's (TTT or cached)."""
-
-    def __init__(self, layer_config: LlamaConfig, config: Config):
-        super().__init__()
-        c, H, eps = layer_config, layer_config.hidden_size, layer_config.rms_norm_eps
-        self.eagle3, self.norm_before_residual = config.variant == "eagle3", config.norm_before_residual
-        self.head_dim, self.kv_groups = c.head_dim, c.num_attention_heads // c.num_key_value_heads
-        width = 2 * H if self.eagle3 else H
-        q_width, kv_width = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-        self.self_attn = nn.ModuleDict({
-            "q_proj": nn.Linear(width, q_width, bias=False), "k_proj": nn.Linear(width, kv_width, bias=False),
-            "v_proj": nn.Linear(width, kv_width, bias=False), "o_proj": nn.Linear(q_width, H, bias=False)})
-        self.mlp = LlamaMLP(layer_config)
-        if self.eagle3:
-            self.input_layernorm = LlamaRMSNorm(H, eps=eps)
-            self.hidden_norm = LlamaRMSNorm(H, eps=eps)
-        self.post_attention_layernorm = LlamaRMSNorm(H, eps=eps)
-
-    def project(self, embeds, hidden, cos, sin):
-        """(q, k, v [B, heads, n, d] with RoPE, not yet repeated for GQA; residual). EAGLE-1: hidden = fc(embed, f)."""
-        x = residual = hidden
-        if self.eagle3:
-            normed = self.hidden_norm(hidden)
-            residual = normed if self.norm_before_residual else hidden
-            x = torch.cat([self.input_layernorm(embeds), normed], dim=-1)
-        batch, n, _ = x.shape
-        q, k, v = (self.self_attn[name](x).view(batch, n, -1, self.head_dim).transpose(1, 2)
-                   for name in ("q_proj", "k_proj", "v_proj"))
-        return (*apply_rotary_pos_emb(q, k, cos, sin), v, residual)
-
-    def finish(self, attention: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        """Output projection, residual, MLP block. `attention` [B, heads, n, d]."""
-        batch, _, n, _ = attention.shape
-        hidden = residual + self.self_attn["o_proj"](attention.transpose(1, 2).reshape(batch, n, -1))
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
-
-
 class Drafter(nn.Module):
     """EAGLE-3 / EAGLE-1 drafter. `forward(batch, target_head)` is the training loss (so DDP wraps it)."""
 
@@ -190,7 +153,7 @@ class Drafter(nn.Module):
                 raise ValueError("causal=True is for a pass without past and without a mask")
             attention = F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=True)
         else:
-            attention = _grouped_query_attention(q, keys, values, mask)
+            attention = grouped_query_attention(q, keys, values, mask)
         return self.layers[0].finish(attention, residual), (keys, values)
 
     # ---- training
@@ -226,7 +189,7 @@ class Drafter(nn.Module):
                 q, k, v, residual = self.project(ahead.gather(1, at), hidden, at + j)
             keys.append(repeat_kv(k, groups))
             values.append(repeat_kv(v, groups))
-            hidden = self.layers[0].finish(_ttt_attention(q, keys, values, sees), residual)
+            hidden = self.layers[0].finish(ttt_attention(q, keys, values, sees), residual)
             outputs.append(hidden)
         return outputs
 
@@ -329,35 +292,6 @@ class Drafter(nn.Module):
         return EagleProposer(self, target, generator)
 
 
-def _grouped_query_attention(q, keys, values, mask=None) -> torch.Tensor:
-    """SDPA for q [B, heads, n, d] over keys/values [B, kv_heads, S, d] with `mask` [n, S] or None.
-
-    The query heads that share a key/value head are stacked along the query axis instead of copying
-    the keys/values once per head (repeat_kv): same result, but nothing proportional to the context
-    is copied, which at a long context was most of the drafter's cost per step."""
-    batch, heads, n, dim = q.shape
-    groups = heads // keys.shape[1]
-    stacked = q.reshape(batch, keys.shape[1], groups * n, dim)  # query head h reads key/value head h // groups
-    mask = None if mask is None else mask.repeat(groups, 1)
-    return F.scaled_dot_product_attention(stacked, keys, values, mask).reshape(batch, heads, n, dim)
-
-
-def _ttt_attention(q, keys, values, sees) -> torch.Tensor:
-    """Step-j attention: step-0 keys as `sees` allows, plus every later step's key at the query's own index.
-
-    Those are a diagonal: scored as row-wise dot products, joined to the step-0 scores in one softmax."""
-    scale = q.shape[-1] ** -0.5
-    scores = (q @ keys[0].transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~sees, float("-inf"))
-    diagonal = [(q * k).sum(-1, keepdim=True) * scale for k in keys[1:]]
-    probs = torch.softmax(torch.cat([scores, *diagonal], dim=-1).float(), dim=-1).to(q.dtype)
-    length = scores.shape[-1]
-    out = probs[..., :length] @ values[0]
-    for i, v in enumerate(values[1:]):
-        out = out + probs[..., length + i : length + i + 1] * v
-    return out
-
-
 def _indices_leading_to(loss_mask: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The indices t of each row whose TTT chain predicts a learned token (x_{t+2+j} for some j < steps), in
     order and padded to the longest row: (indices [B, A], which of them are real [B, A])."""
@@ -423,112 +357,3 @@ def _layer_config(target, config: Config, draft_vocab_size: int) -> LlamaConfig:
 def load_proposer(folder: str | Path, target) -> EagleProposer:
     """A saved drafter folder as a Proposer for `target` (checked to have matching sizes)."""
     return load_attached(Drafter, folder, target).proposer(target)
-
-
-# --------------------------------------------------------------------------- decoding
-class EagleProposer(CutsDrafts):
-    """Drafts chains or EAGLE-2 trees; keeps the drafter's keys/values for committed positions.
-
-    With `confidence_cut` (off unless asked), a chain stops before the first step whose top draft probability no
-    longer pays for its verify cost (`draftsmith.cost.StoppingRule`); that probability comes from the tokens
-    drafted before the step, never from the step's own token, so sampling stays lossless."""
-
-    longest_draft = OPEN_CHAIN_REACH
-
-    def __init__(self, drafter: Drafter, target, generator: torch.Generator | None = None):
-        self.drafter, self.target, self.generator = drafter.eval(), target, generator
-        self.required_layers = list(drafter.config.layers)
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget the previous request."""
-        self.past = None  # (keys, values) [1, kv_heads, R, d]: index t made from f_t and x_{t+1}
-        self.cached = torch.zeros(0, dtype=torch.long)  # the tokens x_0..x_R those entries came from
-
-    def describe(self) -> dict:
-        trained = sum(p.numel() for p in self.drafter.parameters() if p.requires_grad)
-        return {"kind": "eagle", **dataclasses.asdict(self.drafter.config),
-                "draft_vocab_size": int(self.drafter.d2t.numel()), "parameters": trained, **self.describe_cut()}
-
-    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.target.head(hidden.to(self.target.dtype))
-
-    @torch.no_grad()
-    def _catch_up(self, state: DecodeState) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Crop the cache to what still matches `state`, run the new committed positions; only committed
-        positions are cached, so entries made from draft hiddens are always recomputed from real features.
-        Returns (output hidden [1, 1, H], next-token logits, position of the last index)."""
-        tokens = state.tokens[0].cpu()
-        length = tokens.numel()
-        if length < 2:
-            raise DraftsmithError("The EAGLE drafter needs two committed tokens (one target feature) to draft.")
-        common = min(self.cached.numel(), length)
-        same = int(torch.cumprod((self.cached[:common] == tokens[:common]).long(), 0).sum())
-        keep = max(0, min(same - 1, length - 2, 0 if self.past is None else self.past[0].shape[2]))
-        device = self.drafter.d2t.device
-        features = {layer: state.features[layer][:, keep : length - 1].to(device) for layer in self.required_layers}
-        ids = tokens[keep + 1 :][None].to(device)
-        positions = torch.arange(keep, length - 1, device=device)[None]
-        n = length - 1 - keep
-        if keep == 0:  # the whole prompt (a new request): causal attention without an [n, n] mask
-            hidden, self.past = self.drafter.step(ids, self.drafter.fuse(features), positions, causal=True)
-        else:
-            past = (self.past[0][:, :, :keep], self.past[1][:, :, :keep])
-            mask = torch.ones(n, keep + n, dtype=torch.bool, device=device).tril(keep)
-            hidden, self.past = self.drafter.step(ids, self.drafter.fuse(features), positions, past, mask)
-        self.cached = tokens.clone()
-        hidden = hidden[:, -1:]
-        return hidden, self.drafter.logits(hidden, self._head)[0, -1].float(), length - 2
-
-    @torch.no_grad()
-    def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
-        """A chain of `shape.length` tokens, or an EAGLE-2 tree when `shape.tree` is set."""
-        if shape.tree is not None:
-            tokens, parents, _ = self.tree(state, *shape.tree)
-            return Draft(tokens, parents)
-        hidden, logits, position = self._catch_up(state)
-        past, drafted, probs = self.past, [], []
-        rule = self.stopping_rule(shape.length)
-        for i in range(shape.length):
-            if rule is not None and not rule.keep_step(logits):
-                break
-            token, q = self._choose(logits, sampling)
-            drafted.append(token)
-            probs.append(q)
-            if i + 1 == shape.length:
-                break
-            pos = torch.tensor([[position + 1 + i]], device=token.device)
-            hidden, past = self.drafter.step(token.view(1, 1), hidden, pos, past)
-            logits = self.drafter.logits(hidden, self._head)[0, -1].float()
-        tokens = torch.stack(drafted).cpu() if drafted else state.tokens[0, :0]
-        return Draft(tokens, probs=None if sampling.greedy or not drafted else torch.stack(probs).cpu())
-
-    def _choose(self, logits: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Next token (target id) and, when sampling, the processed distribution over the target vocabulary."""
-        if sampling.greedy:
-            return self.drafter.draft_ids[logits.argmax(-1)], None
-        full = logits.new_full((self.drafter.t2d.numel(),), float("-inf"))
-        q = target_probs(full.index_copy(0, self.drafter.draft_ids, logits)[None], sampling)[0]
-        return torch.multinomial(q, 1, generator=self.generator)[0], q
-
-    @torch.no_grad()
-    def tree(self, state: DecodeState, depth: int, top_k: int, total_tokens: int):
-        """EAGLE-2 dynamic tree: (tokens [n] target ids, parents [n], cumulative log-probs [n])."""
-        root_hidden, logits, position = self._catch_up(state)
-        slots, past = TreeSlots(), self.past
-        hiddens = root_hidden  # slot s sits at s + 1; the root's output at 0
-        committed = self.past[0].shape[2]
-
-        def grow(node_ids, draft_tokens, parent_ids):
-            nonlocal past, hiddens
-            parent_slots, depths, sees = slots.add(node_ids, parent_ids)
-            device = root_hidden.device
-            parent_hidden = hiddens[:, (parent_slots + 1).to(device)]
-            mask = torch.cat([torch.ones(len(node_ids), committed, dtype=torch.bool), sees], 1).to(device)
-            ids = self.drafter.draft_ids[draft_tokens.to(device)][None]
-            out, past = self.drafter.step(ids, parent_hidden, (position + depths.to(device))[None], past, mask)
-            hiddens = torch.cat([hiddens, out], 1)
-            return torch.log_softmax(self.drafter.logits(out, self._head)[0].float(), -1).cpu()
-
-        tokens, parents, scores = dynamic_tree(torch.log_softmax(logits, -1).cpu(), grow, depth, top_k, total_tokens)
-        return self.drafter.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores

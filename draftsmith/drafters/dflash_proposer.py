@@ -1,0 +1,151 @@
+"""The decode-time view of a DFlash / DSpark drafter (`draftsmith.drafters.dflash`): what the decoder calls to
+draft a block.
+
+`DecodeState.features` hold the target's features at committed positions 0..T-2, so the block sits at the last
+committed token T-1 and the context covers positions < T-1, exactly the training layout. Context keys/values
+depend on c only (not on the block), so the proposer caches them per layer and rolls them back by comparing its
+tokens with `state.tokens`.
+
+DSpark walks the block left to right, adding at each position the Markov bias of the token drafted before it, and
+cuts the block by `draftsmith.cost.StoppingRule` read off the verify-cost curve t(n): position k is drafted only
+if, projecting its own confidence onto the positions after it, some length >= k gives more expected tokens per
+unit of verify cost than stopping before k. The rule looks at confidences 1..k only, which depend on tokens
+before k, so whether a token is drafted never depends on that token and sampling stays lossless.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import torch
+
+from draftsmith.cost import CutsDrafts
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters.tree import dynamic_tree
+from draftsmith.errors import DraftsmithError
+from draftsmith.sampling import target_probs
+
+if TYPE_CHECKING:
+    from draftsmith.drafters.dflash import Drafter
+
+
+class DFlashProposer(CutsDrafts):
+    """One forward per cycle: block [x_{T-1}, MASK...] at T-1 over cached context keys of positions < T-1."""
+
+    def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
+        self.drafter, self.generator = drafter.eval(), generator
+        self.required_layers = list(drafter.layer_ids)
+        self.can_cut = drafter.dspark  # DSpark's confidence head (see CutsDrafts)
+        self.confidence_cut = drafter.dspark and drafter.config.confidence_cut
+        self.longest_draft = drafter.config.block_size - 1
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the previous request."""
+        self.context: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer, positions 0..n-1
+        self.cached = torch.zeros(0, dtype=torch.long)  # the committed tokens those positions came from
+
+    def describe(self) -> dict:
+        """Kind, options and trained parameter count."""
+        described = {"kind": "dflash", **dataclasses.asdict(self.drafter.config),
+                     "draft_vocab_size": self.drafter.sizes.get("draft_vocab_size"),
+                     "parameters": sum(p.numel() for p in self.drafter.parameters())}
+        return {**described, **self.describe_cut()} if self.drafter.dspark else described
+
+    @torch.no_grad()
+    def _catch_up(self, state: DecodeState) -> None:
+        """Keep the cached context positions whose tokens still match, add those committed since (< T-1)."""
+        tokens = state.tokens[0].cpu()
+        common = min(self.cached.numel(), tokens.numel())
+        same = int(torch.cumprod((self.cached[:common] == tokens[:common]).long(), 0).sum())
+        have = 0 if self.context is None else self.context[0][0].shape[2]
+        keep, end = min(have, same), tokens.numel() - 1  # the feature at j depends on tokens 0..j
+        new = self.drafter.context_kv(state.features, keep, end)
+        if self.context is None:
+            self.context = new
+        else:
+            self.context = [(torch.cat([k[:, :, :keep], nk], 2), torch.cat([v[:, :, :keep], nv], 2))
+                            for (k, v), (nk, nv) in zip(self.context, new)]
+        self.cached = tokens[:end].clone()
+
+    @torch.no_grad()
+    def block_hidden(self, state: DecodeState) -> torch.Tensor:
+        """Normed hiddens [B, H] of the block [x_{T-1}, MASK...] at the last committed token."""
+        if state.tokens.shape[1] < 2:
+            raise DraftsmithError("The DFlash drafter needs two committed tokens (one target feature) to draft.")
+        self._catch_up(state)
+        drafter, T = self.drafter, state.tokens.shape[1]
+        size, device = drafter.config.block_size, drafter.fc.weight.device
+        block = torch.full((1, size), drafter.mask_token_id, dtype=torch.long, device=device)
+        block[0, 0] = state.tokens[0, -1]
+        positions = torch.arange(T - 1, T - 1 + size, device=device)[None]
+        return drafter.blocks(block, positions, self.context, None)[0]  # no mask: all context < T-1, block is free
+
+    @torch.no_grad()
+    def block_logits(self, state: DecodeState) -> torch.Tensor:
+        """Backbone logits [B-1, N] over the head's rows at block positions 1..B-1 (DSpark's Markov bias not added:
+        it needs the draft)."""
+        return self.drafter.logits(self.block_hidden(state)[1:])
+
+    @torch.no_grad()
+    def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
+        """min(length, B-1) tokens from one forward: greedy, or each sampled from its own q (lossless). DSpark
+        walks the block adding each position's Markov bias and stops where its confidences stop paying."""
+        if shape.tree is not None:
+            return self.tree(state, *shape.tree)
+        drafter = self.drafter
+        hidden = self.block_hidden(state)[1 : 1 + shape.length]
+        logits = drafter.logits(hidden)
+        if not drafter.dspark:
+            if sampling.greedy:
+                return Draft(drafter.to_target(logits.argmax(-1)).cpu())
+            # Block positions do not see each other's draft, so each q_k is the full law of x_k given the prefix.
+            q = target_probs(logits, sampling)
+            rows = torch.multinomial(q, 1, generator=self.generator)[:, 0]
+            return Draft(drafter.to_target(rows).cpu(), probs=drafter.to_vocabulary(q).cpu())
+        return self._walk(hidden, logits, state.tokens[0, -1], sampling)
+
+    @torch.no_grad()
+    def tree(self, state: DecodeState, depth: int, top_k: int, total_tokens: int) -> Draft:
+        """A tree from the same single forward: EAGLE-2's best-first growth over the block positions' top-k, a
+        depth-d node's children being position d+1's picks (DSpark: with the Markov bias of that node's token)."""
+        hidden = self.block_hidden(state)[1 : 1 + depth]
+        logits = self.drafter.logits(hidden)
+        depth_of: dict[int, int] = {}
+
+        def children(position: int, tokens: torch.Tensor) -> torch.Tensor:  # tokens: the parents' target ids
+            rows = logits[position].expand(tokens.numel(), -1)
+            if self.drafter.dspark:
+                rows = rows + self.drafter.markov(hidden[position].expand(tokens.numel(), -1), tokens)[0]
+            return torch.log_softmax(rows, -1).cpu()
+
+        def grow(node_ids, rows, parent_ids):  # rows: the frontier's head rows
+            depths = [1 if int(p) < 0 else depth_of[int(p)] + 1 for p in parent_ids]
+            depth_of.update({int(n): d for n, d in zip(node_ids, depths)})
+            return children(depths[0], self.drafter.to_target(rows))  # one frontier is one depth
+
+        root = children(0, state.tokens[0, -1:].to(logits.device))[0]
+        rows, parents, _ = dynamic_tree(root, grow, len(logits), top_k, total_tokens)
+        return Draft(self.drafter.to_target(rows), parents)
+
+    def _walk(self, hidden, logits, anchor, sampling: Sampling) -> Draft:
+        """DSpark: position k's logits plus the Markov bias of the token drafted before it, left to right."""
+        drafter, rule = self.drafter, self.stopping_rule(len(logits))
+        tokens, probs, prev = [], [], anchor.reshape(())
+        for k in range(len(logits)):
+            bias, confidence = drafter.markov(hidden[k], prev)
+            if rule is not None and not rule.keep(float(torch.sigmoid(confidence))):
+                break
+            row = logits[k] + bias
+            if sampling.greedy:
+                prev = drafter.to_target(row.argmax())
+            else:
+                q = target_probs(row[None], sampling)[0]
+                prev = drafter.to_target(torch.multinomial(q, 1, generator=self.generator)[0])
+                probs.append(q)
+            tokens.append(prev)
+        drafted = torch.stack(tokens).cpu() if tokens else torch.zeros(0, dtype=torch.long)
+        if sampling.greedy:
+            return Draft(drafted)
+        return Draft(drafted, probs=drafter.to_vocabulary(torch.stack(probs) if probs else logits[:0]).cpu())
