@@ -417,46 +417,62 @@ def world_dflash(tmp_path, target):
 
 
 # --------------------------------------------------------------------------- the real target
-REAL_EXPORTS = {"eagle3": ("speculators", "sglang"), "medusa": ("medusa",), "dflash": ("dflash", "speculators"),
-                "draft_lm": ("hf",)}
-"""kind -> its formats for SmolLM2 (a Llama: speculators' mtp layout has no Llama layer, so MTP is not here)"""
+REAL_EXPORTS = {"eagle3": ("speculators", "sglang"), "eagle1": (), "medusa1": ("medusa",), "medusa2": ("medusa",),
+                "mtp": (), "dflash": ("dflash", "speculators"), "dspark": ("speculators",), "draft-lm": ("hf",)}
+"""shipped recipe -> the formats it exports for SmolLM2 besides draftsmith's own (a Llama: speculators' mtp layout has
+no Llama layer, so MTP has only its own)"""
+
+
+@pytest.fixture(scope="module")
+def real_data(smollm2, tmp_path_factory):
+    """64 builtin:stdlib conversations prepared for SmolLM2, with a 1024-token draft vocabulary."""
+    from draftsmith.data.prepared import PrepareConfig, prepare
+
+    out = tmp_path_factory.mktemp("real") / "data"
+    prepare(PrepareConfig(target="smollm2-135m-instruct", input=["builtin:stdlib"], max_rows_per_input=64,
+                          out=str(out), eval_fraction=0.1, max_length=256, draft_vocab_size=1024), target=smollm2)
+    return out
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(REAL_EXPORTS))
-def test_on_the_real_target_every_export_gives_the_sources_tau(smollm2, name, tmp_path):
-    """SmolLM2-135M-Instruct, 3 HumanEval prompts, 24 new tokens, greedy: `draftsmith eval` on each export reports the
-    source folder's τ, per-position acceptance and outputs. Untrained drafters (heads from the target where the kind
-    has one; the draft LM is the target's first 20 layers), so most τ sit near 1: the test is their equality."""
-    from draftsmith.data.vocab import build_draft_vocab
-    from draftsmith.eval.command import EvalConfig, evaluate_and_report
-    from draftsmith.eval.prompts import load_prompts
+@pytest.mark.parametrize("recipe", list(REAL_EXPORTS))
+def test_on_the_real_target_every_export_of_a_trained_drafter_gives_its_tau(smollm2, real_data, recipe, tmp_path):
+    """SmolLM2-135M-Instruct: each shipped recipe trains 30 steps (online, on 64 prepared conversations), its best/ is
+    exported in every format of its kind, and `draftsmith eval` on 3 HumanEval prompts (24 new tokens, greedy) reports
+    the same τ, per-position acceptance and outputs for the source and every export."""
+    import yaml
 
-    counts = torch.zeros(smollm2.vocab_size, dtype=torch.long)
-    for prompt in load_prompts("humaneval", smollm2):
-        counts += torch.bincount(torch.tensor(prompt.token_ids), minlength=smollm2.vocab_size)
-    vocab = build_draft_vocab(counts + 1, 2048)  # the prompts' tokens first, then the lowest ids
-    torch.manual_seed(0)
-    drafter = {
-        "eagle3": lambda: eagle.create(eagle.Config(init_head_from_target=True), smollm2, vocab),
-        "medusa": lambda: medusa.create(medusa.Config(num_heads=3), smollm2, vocab),
-        "dflash": lambda: dflash.create(dflash.Config(block_size=4), smollm2),
-        "draft_lm": lambda: draft_lm.create(draft_lm.Config(num_layers=20), smollm2),
-    }[name]()
-    drafter.save_pretrained(tmp_path / "best")
-    folders = {"source": tmp_path / "best"}
-    for fmt in REAL_EXPORTS[name]:
-        assert main(["export", str(tmp_path / "best"), "--format", fmt, "--out", str(tmp_path / fmt)]) == 0
+    from draftsmith.eval.command import EvalConfig, evaluate_and_report
+    from test_train import reset_accelerate_state
+
+    from draftsmith.config import load
+    from draftsmith.train.config import TrainConfig
+    from draftsmith.train.recipe import TrainRecipe
+
+    path = f"recipes/smollm2-135m/{recipe}.yaml"
+    own_vocab = yaml.safe_load(open(path))["data"].get("draft_vocab")
+    reset_accelerate_state()
+    run = TrainRecipe(load(TrainConfig, path, [
+        f"data.prepared={real_data}", "data.online=true", "data.features=null", "prepare=null",
+        f"data.draft_vocab={real_data if own_vocab else 'null'}", "data.max_length=256", "train.max_steps=30",
+        "train.eval_every=0", "train.checkpoint_every=0", "eval.num_prompts=0", "report.num_prompts=0",
+        "tracking.report_to=[]", f"output_dir={tmp_path / 'run'}"]), target=smollm2)
+    run.setup()
+    run.train()
+    run.cleanup()
+    folders = {"source": tmp_path / "run" / "best"}
+    for fmt in ("draftsmith", *REAL_EXPORTS[recipe]):
+        assert main(["export", str(folders["source"]), "--format", fmt, "--out", str(tmp_path / fmt)]) == 0
         folders[fmt] = tmp_path / fmt
     figures = {}
     for label, folder in folders.items():
         config = EvalConfig(target="smollm2-135m-instruct", drafter=str(folder), out=str(tmp_path / f"eval-{label}"),
                             prompts="humaneval", num_prompts=3, max_new_tokens=24, transformers_baseline=False,
-                            small_batch_linear=False)
+                            small_batch_linear=False, confidence_cut=False if recipe == "dspark" else None)
         results = evaluate_and_report(config, target=smollm2)
         figures[label] = (results["acceptance_length"], results["acceptance_per_position"],
                           [p["new_tokens"] for p in results["per_prompt"]], results["lossless"]["identical"])
-        print(f"real target {name} {label}: tau {results['acceptance_length']:.4f} prompts "
+        print(f"real target {recipe} {label}: tau {results['acceptance_length']:.4f} prompts "
               f"{[p['name'] for p in results['per_prompt']]}")
     assert all(value == figures["source"] for value in figures.values()), figures
     assert figures["source"][3] == 3
