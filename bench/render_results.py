@@ -1,7 +1,7 @@
 """Render docs/results.md from the latest record of each canonical bench under results/ (bench/records.py).
 
-    python bench/render_results.py            # write docs/results.md
-    python bench/render_results.py --check    # exit 1 when docs/results.md is not what the records render
+    python bench/render_results.py            # write docs/results.md and the README's families table
+    python bench/render_results.py --check    # exit 1 when either is not what the records render
     python bench/render_results.py --stale    # per bench: did the code it measures change since its record?
 
 One section per canonical bench, in CANONICAL's order: the command, commit, machine and date of its latest
@@ -340,6 +340,49 @@ def render(results: Path = RESULTS) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+# ----------------------------------------------------------------------------- the README's figures
+README = ROOT / "README.md"
+README_START, README_END = "<!-- results:families (bench/render_results.py writes this table) -->", "<!-- /results -->"
+
+
+def readme_families(records: dict[str, dict]) -> list[str]:
+    """The README's one figure per family: each family's chain τ and speedup over our plain loop in the latest
+    families record, with the record's date and commit, linked to its section of docs/results.md."""
+    entry = records.get("families")
+    if entry is None:
+        return ["No families record yet: [docs/results.md](docs/results.md#families) says how to make one.", ""]
+    result = entry.get("result", {})
+    methods, rows = result.get("methods", {}), []
+    for family, info in result.get("families", {}).items():
+        row = methods.get(f"{family} chain ({info.get('draft_length')})")
+        if info.get("variant") or row is None:
+            continue
+        rows.append([family, f"chain of {info.get('draft_length')}", fmt(info.get("train_minutes"), 1),
+                     fmt(row.get("acceptance_length")), fmt(row.get("speedup_vs_plain"), 2, "×"),
+                     identical(row.get("identical_to_plain"), result.get("prompts"))])
+    if "prompt lookup" in methods:
+        row = methods["prompt lookup"]
+        rows.append(["prompt lookup", "chain, adaptive", "–", fmt(row.get("acceptance_length")),
+                     fmt(row.get("speedup_vs_plain"), 2, "×"), identical(row.get("identical_to_plain"),
+                                                                         result.get("prompts"))])
+    m = entry.get("machine", {})
+    return ([f"SmolLM2-135M on {m.get('cores')} CPU cores ({m.get('cpu')}), {result.get('prompts')} HumanEval prompts, "
+             f"{result.get('max_new_tokens')} new tokens, greedy, every family trained about "
+             f"{fmt(result.get('minutes_per_family'), 1)} min; commit {(entry.get('commit') or '')[:8]}, "
+             f"{(entry.get('date') or '')[:10]} ([all figures](docs/results.md#families)):", ""]
+            + table(["family", "drafts", "trained min", "τ", "speedup vs plain", "identical"], rows))
+
+
+def render_readme(text: str, results: Path = RESULTS) -> str:
+    """`text` (the README) with the block between README_START and README_END rendered from the records."""
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"README.md has no '{README_START}' ... '{README_END}' block to render into")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    block = "\n".join(readme_families(latest_records(results))).rstrip("\n")
+    return f"{head}{README_START}\n{block}\n{README_END}{tail}"
+
+
 # ----------------------------------------------------------------------------- staleness, asked at run time
 def watched(bench: str) -> list[str]:
     """The paths whose change can change what `bench` measures."""
@@ -368,7 +411,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=RESULTS, help="the records' folder (default: results/)")
     parser.add_argument("--page", type=Path, default=PAGE, help="the page to write or check (default: docs/results.md)")
-    parser.add_argument("--check", action="store_true", help="exit 1 when the page differs from what the records render")
+    parser.add_argument("--readme", type=Path, default=README,
+                        help="the README whose families table is rendered too (default: README.md)")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when the page or the README's table differs from what the records render")
     parser.add_argument("--stale", action="store_true", help="per canonical bench, whether its record is stale at HEAD")
     args = parser.parse_args()
     if args.stale:
@@ -376,15 +422,18 @@ def main() -> int:
         for bench in CANONICAL:
             print(staleness(records[bench]) if bench in records else f"{bench}: no record")
         return 0
-    page = render(args.results)
+    pages = {args.page: render(args.results), args.readme: render_readme(args.readme.read_text(), args.results)}
     if args.check:
-        if not args.page.is_file() or args.page.read_text() != page:
-            print(f"{args.page} is not what {args.results} renders: run python bench/render_results.py", file=sys.stderr)
+        wrong = [str(path) for path, text in pages.items() if not path.is_file() or path.read_text() != text]
+        if wrong:
+            print(f"{' and '.join(wrong)} not what {args.results} renders: run python bench/render_results.py",
+                  file=sys.stderr)
             return 1
         return 0
-    args.page.parent.mkdir(parents=True, exist_ok=True)
-    args.page.write_text(page)
-    print(f"wrote {args.page}")
+    for path, text in pages.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
     return 0
 
 

@@ -61,13 +61,48 @@ def test_the_latest_record_wins_and_names_its_provenance(tmp_path):
     assert page.count("No record yet") == len(render_results.CANONICAL) - 1
 
 
-def test_check_mode_fails_on_a_page_that_differs(tmp_path, monkeypatch):
-    page = tmp_path / "results.md"
+def test_committed_readme_table_is_what_the_committed_records_render():
+    readme = (ROOT / "README.md").read_text()
+    assert readme == render_results.render_readme(readme, ROOT / "results")
+
+
+def test_check_mode_fails_on_a_page_or_a_readme_that_differs(tmp_path, monkeypatch):
+    page, readme = tmp_path / "results.md", tmp_path / "README.md"
     page.write_text(render_results.render(tmp_path))
-    monkeypatch.setattr(sys, "argv", ["render_results.py", "--results", str(tmp_path), "--page", str(page), "--check"])
+    readme.write_text(render_results.render_readme(
+        f"# x\n{render_results.README_START}\nold\n{render_results.README_END}\nrest\n", tmp_path))
+    monkeypatch.setattr(sys, "argv", ["render_results.py", "--results", str(tmp_path), "--page", str(page),
+                                      "--readme", str(readme), "--check"])
     assert render_results.main() == 0
-    page.write_text(page.read_text() + "edited by hand\n")
+    kept = page.read_text()
+    page.write_text(kept + "edited by hand\n")
     assert render_results.main() == 1
+    page.write_text(kept)
+    readme.write_text(readme.read_text() + "the README's own text, outside the table\n")
+    assert render_results.main() == 0
+    readme.write_text(readme.read_text().replace("No families record yet", "A figure typed by hand"))
+    assert render_results.main() == 1
+
+
+def test_the_readme_table_gives_each_decoded_familys_chain_and_prompt_lookup(tmp_path):
+    write(tmp_path, entry("families", {
+        "prompts": 10, "max_new_tokens": 96, "minutes_per_family": 3.0,
+        "families": {"eagle3": {"draft_length": 2, "train_minutes": 3.1},
+                     "dflash": {"draft_length": 7, "train_minutes": 2.9},
+                     "eagle3-ttt4": {"draft_length": 2, "train_minutes": 3.0, "variant": True}},
+        "methods": {"plain": {"speedup_vs_plain": 1.0, "identical_to_plain": 10},
+                    "eagle3 chain (2)": {"acceptance_length": 1.61, "speedup_vs_plain": 1.23, "identical_to_plain": 10},
+                    "eagle3 tree (5,8,32)": {"acceptance_length": 1.9, "speedup_vs_plain": 0.8},
+                    "dflash chain (7)": {"acceptance_length": 1.2, "speedup_vs_plain": 0.71, "identical_to_plain": 10},
+                    "prompt lookup": {"acceptance_length": 1.4, "speedup_vs_plain": 1.3, "identical_to_plain": 10}}}))
+    block = render_results.render_readme(f"a\n{render_results.README_START}\n{render_results.README_END}\nb",
+                                         tmp_path)
+    assert "| eagle3 | chain of 2 | 3.1 | 1.61 | 1.23× | 10/10 |" in block
+    assert "| dflash | chain of 7 | 2.9 | 1.20 | 0.71× | 10/10 |" in block
+    assert "| prompt lookup | chain, adaptive | – | 1.40 | 1.30× | 10/10 |" in block
+    assert "eagle3-ttt4" not in block and "1.90" not in block  # variants are not decoded; trees are on the page
+    assert "10 HumanEval prompts, 96 new tokens" in block and "commit aaaaaaaa, 2026-12-03" in block
+    assert block.startswith("a\n") and block.endswith("\nb")
 
 
 def test_staleness_of_an_unknown_commit_says_it_cannot_tell():
