@@ -220,3 +220,37 @@ def test_eval_command_rejects_both_shapes(capsys):
     code = cli.main(["eval", "--target", "t", "--drafter", "prompt-lookup", "--out", "o", "--draft-length", "3",
                      "--tree", "3,2,6"])
     assert code == 2 and "not both" in capsys.readouterr().err
+
+
+def test_per_category_figures_equal_a_hand_computation(tmp_path):
+    from draftsmith.eval.decoder import Cycle, Generation
+    from draftsmith.eval.prompts import Prompt
+    from draftsmith.eval.report import category_rows
+    from draftsmith.eval.runner import per_category
+
+    prompts = [Prompt("a", [1], "chat"), Prompt("b", [2], "code"), Prompt("c", [3], "chat"), Prompt("d", [4], None)]
+    # chat: prompt a = passes (accepted 2 of 3, 0 of 3), prompt c = one pass (accepted 1 of 3)
+    fast = [Generation([5] * 4, 0.1, 2.0, [Cycle(3, 3, 2, 3, 0.2, 0.5), Cycle(3, 1, 0, 1, 0.2, 0.5)]),
+            Generation([6] * 3, 0.1, 1.0, [Cycle(3, 3, 3, 3, 0.1, 0.5)]),
+            Generation([7] * 2, 0.1, 1.0, [Cycle(3, 2, 1, 2, 0.3, 0.5)]),
+            Generation([8], 0.1, 1.0, [Cycle(3, 1, 0, 1, 0.0, 0.5)])]
+    slow = [Generation([5] * 4, 0.1, 4.0), Generation([6] * 3, 0.1, 1.5), Generation([7, 0], 0.1, 2.0),
+            Generation([8], 0.1, 1.0)]
+    table = per_category(prompts, fast, slow)
+    assert set(table) == {"chat", "code"}  # a prompt without a category counts only overall
+    chat = table["chat"]
+    assert chat["prompts"] == 2 and chat["identical_to_plain"] == 1
+    assert chat["acceptance_length"] == pytest.approx((3 + 1 + 2) / 3)  # emitted per verify pass
+    # position 1 reached by 3 passes, accepted in 2; position 2 reached by 2 (offered >= 2), accepted in 1 (the first
+    # pass); position 3 reached by the first pass only, accepted in none
+    assert chat["acceptance_per_position"] == pytest.approx([2 / 3, 1 / 2, 0 / 1])
+    assert chat["tokens_per_s"] == pytest.approx(6 / 3.0) and chat["plain_tokens_per_s"] == pytest.approx(6 / 6.0)
+    assert chat["speedup"] == pytest.approx(2.0)
+    assert chat["draft_time_fraction"] == pytest.approx(0.7 / 3.0)
+    assert table["code"]["speedup"] == pytest.approx(3 / 1.0 / (3 / 1.5))
+    results = {"per_category": table, "acceptance_length": 1.5, "acceptance_per_position": [0.5], "speedup": 1.25,
+               "draft_time_fraction": 0.2, "lossless": {"identical": 3, "checked": 4}}
+    rows = [" | ".join(row) for row in category_rows(results)]
+    assert rows == ["chat | 2 | 2.00 | 0.67, 0.50, 0.00 | 2.00× | 0.233 | 1 / 2",
+                    "code | 1 | 3.00 | 1.00, 1.00, 1.00 | 1.50× | 0.100 | 1 / 1",
+                    "all | 4 | 1.50 | 0.50 | 1.25× | 0.200 | 3 / 4"]

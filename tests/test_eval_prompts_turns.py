@@ -93,3 +93,7 @@ def test_draftsmith_eval_decodes_every_turn_of_a_turns_file_with_its_categories(
                                                           "question.jsonl:2", "question.jsonl:3"]
     assert results["lossless"]["identical"] == 4
     assert {"writing", "math"} <= set(results["per_category"])
+    report = (tmp_path / "eval" / "report.md").read_text()
+    assert "## By category" in report and "| writing | 2 |" in report and "| all | 4 |" in report
+    page = (tmp_path / "eval" / "report.html").read_text()
+    assert "<h2>By category</h2>" in page and 'alt="Speedup vs plain by category"' in page

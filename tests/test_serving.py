@@ -237,7 +237,7 @@ def test_eval_writes_traces_and_breaks_down_by_category(tiny_run):
             assert 1 + sum(cycle[2] for cycle in run["cycles"]) == run["new_tokens"] == row["new_tokens"]
     results = json.loads((tiny_run / "eval" / "results.json").read_text())
     assert set(results["per_category"]) == {"chat", "code"} and results["per_category"]["code"]["prompts"] == 2
-    assert "category code (2 prompts)" in (tiny_run / "eval" / "report.md").read_text()
+    assert "| code | 2 |" in (tiny_run / "eval" / "report.md").read_text()  # the By category table
 
 
 def test_serve_sim_run_writes_results_and_report(tiny_run, capsys):

@@ -62,10 +62,27 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
                  ("drift: tuned plain output identical to original target's",
                   f"{tuned['identical_to_original']} / {tuned['checked']} (token agreement "
                   f"{_num(tuned['token_agreement'], 3)})")]
-    for name, row in results.get("per_category", {}).items():
-        rows.append((f"category {name} ({row['prompts']} prompts): τ, speedup",
-                     f"{_num(row['acceptance_length'])}, {_num(row['speedup'])}×"))
     return rows
+
+
+CATEGORY_COLUMNS = ("category", "prompts", "τ", "α per position", "speedup vs our plain loop", "draft time fraction",
+                    "identical")
+
+
+def category_rows(results: dict) -> list[tuple[str, ...]]:
+    """One row per prompt category (CATEGORY_COLUMNS), then the overall figures; none without categories."""
+    table = results.get("per_category") or {}
+    if not table:
+        return []
+    rows = [(name, str(row["prompts"]), _num(row["acceptance_length"]),
+             ", ".join(_num(a) for a in row.get("acceptance_per_position", [])) or "n/a", _num(row["speedup"]) + "×",
+             _num(row.get("draft_time_fraction"), 3), f"{row.get('identical_to_plain', 'n/a')} / {row['prompts']}")
+            for name, row in table.items()]
+    checked = results["lossless"]["checked"]
+    return rows + [("all", str(checked), _num(results["acceptance_length"]),
+                    ", ".join(_num(a) for a in results["acceptance_per_position"]) or "n/a",
+                    _num(results["speedup"]) + "×", _num(results["draft_time_fraction"], 3),
+                    f"{results['lossless']['identical']} / {checked}")]
 
 
 def methods_markdown(results_by_method: dict[str, dict]) -> str:
@@ -85,6 +102,10 @@ def markdown(results: dict) -> str:
     lines += [f"| {name} | {value} |" for name, value in summary_rows(results)]
     lines += ["", "## Run", "", "```json", json.dumps({k: results.get(k) for k in ("target", "drafter", "config", "environment")},
                                                      indent=2, default=str), "```", ""]
+    categories = category_rows(results)
+    if categories:
+        lines += ["## By category", "", "| " + " | ".join(CATEGORY_COLUMNS) + " |", "|" + "---|" * len(CATEGORY_COLUMNS)]
+        lines += ["| " + " | ".join(row) + " |" for row in categories] + [""]
     lines += ["## Per prompt", "", "| prompt | new tokens | τ | speedup | identical |", "|---|---|---|---|---|"]
     for row in results.get("per_prompt", []):
         lines.append(f"| {row['name']} | {row['new_tokens']} | {_num(row['acceptance_length'])} | "
@@ -120,6 +141,14 @@ def plots(results: dict) -> dict[str, str]:
                     label=["speculative", "plain"], bins=max(3, min(20, len(per_prompt)))),
             ax.legend(), ax.set_xlabel("ms"), ax.set_ylabel("requests")),
     }
+    categories = results.get("per_category") or {}
+    if categories:  # speedup per category beside the overall figure
+        names = list(categories)
+        figures["Speedup vs plain by category"] = lambda ax: (
+            ax.bar(range(len(names) + 1), [categories[n]["speedup"] or 0.0 for n in names] + [results["speedup"] or 0.0],
+                   color=["C0"] * len(names) + ["C1"]),
+            ax.set_xticks(range(len(names) + 1), names + ["all"], rotation=45, ha="right"),
+            ax.axhline(1.0, color="gray", linestyle="--"), ax.set_ylabel("speedup"))
     for title, draw in figures.items():
         figure, axis = plt.subplots(figsize=(5.5, 3.4))
         draw(axis)
@@ -141,12 +170,16 @@ def html_page(results: dict, images: dict[str, str]) -> str:
                                  indent=2, default=str))
     definitions = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
                           for k, v in results.get("definitions", {}).items())
+    categories = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+                         for row in [CATEGORY_COLUMNS, *category_rows(results)])
+    categories = f"<h2>By category</h2><table>{categories}</table>" if results.get("per_category") else ""
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>draftsmith eval</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
 td{{border:1px solid #ccc;padding:4px 10px}}figure{{display:inline-block;margin:6px}}pre{{background:#f6f6f6;padding:1em}}</style>
 </head><body><h1>draftsmith eval</h1>
 <table>{rows}</table>
+{categories}
 <h2>Plots</h2>{figures}
 <h2>Run</h2><pre>{run}</pre>
 <h2>Definitions</h2><ul>{definitions}</ul>
