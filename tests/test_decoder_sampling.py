@@ -9,6 +9,7 @@ from tiny import tiny_target
 
 from draftsmith.drafters import Draft, DraftShape, Sampling, kind_module
 from draftsmith.drafters.draft_lm import DraftLM
+from draftsmith.drafters.fallback import RunningAcceptance
 from draftsmith.eval import decoder, verify
 from draftsmith.eval.verify import verify_chain, verify_tree
 from draftsmith.sampling import target_probs
@@ -147,13 +148,17 @@ KIND_OPTIONS = {"eagle": ("eagle", {"layers": [0, 1, 2]}), "medusa": ("medusa", 
                 "mtp": ("mtp", {"num_modules": 2}), "dflash": ("dflash", DFLASH),
                 "dspark": ("dflash", {**DFLASH, "variant": "dspark", "markov_rank": 4}),
                 "dflash-draft-vocab": ("dflash", DFLASH), "eagle-cut": ("eagle", {"layers": [0, 1, 2]}),
-                "mtp-cut": ("mtp", {"num_modules": 2, "shared": True}), "medusa-cut": ("medusa", {"num_heads": 2})}
+                "mtp-cut": ("mtp", {"num_modules": 2, "shared": True}), "medusa-cut": ("medusa", {"num_heads": 2}),
+                "eagle-fallback": ("eagle", {"layers": [0, 1, 2]}), "mtp-fallback": ("mtp", {"num_modules": 2})}
 DRAFT_VOCAB_SIZES = {"dflash-draft-vocab": 5}
 """cases whose drafter drafts over a draft vocabulary of that many of the 8 tokens (q is 0 on the other 3)"""
 CUT = {"dspark": {1: 1.0, 2: 1.45, 3: 1.6}, "eagle-cut": {1: 1.0, 2: 1.45, 3: 1.6},
        "mtp-cut": {1: 1.0, 2: 1.45, 3: 1.6}, "medusa-cut": {1: 1.0, 2: 1.7, 3: 2.2}}
 """cases whose chains are cut by their confidences (DSpark by default, the others switched on), each with a cost
 curve under which its confidences cut some chains after 0, 1 or 2 tokens and leave others whole"""
+FALLBACK = {"eagle-fallback": {1: 1.0, 2: 1.6, 3: 2.2}, "mtp-fallback": {1: 1.0, 2: 1.6, 3: 2.2}}
+"""cases whose chain lengths follow their running acceptance (drafters.fallback), with a cost curve under which a
+request starts with one drafted token and then drafts 0, 1 or 2 by what was accepted"""
 
 
 @pytest.mark.parametrize("name", list(KIND_OPTIONS))
@@ -174,11 +179,14 @@ def test_every_trained_kind_samples_losslessly_end_to_end(name):
     proposer = drafter.proposer(target, torch.Generator().manual_seed(1))
     if name in CUT:
         proposer.confidence_cut, proposer.verify_cost = True, CUT[name]
+    if name in FALLBACK:
+        proposer = RunningAcceptance(proposer, 2, FALLBACK[name])
     generator = torch.Generator().manual_seed(0)
     runs = [decoder.speculative_generate(target, proposer, prompt, DraftShape(2), sampling, 3, set(), generator)
             for _ in range(800)]
     drafted = sum(c.drafted for r in runs for c in r.cycles)
-    assert drafted > (400 if name in CUT else 800), "the drafter must actually draft for the test to mean anything"
-    if name in CUT:
-        assert len({c.drafted for r in runs for c in r.cycles}) >= 2, "the confidence cut must vary the length"
+    varies = name in CUT or name in FALLBACK
+    assert drafted > (400 if varies else 800), "the drafter must actually draft for the test to mean anything"
+    if varies:
+        assert len({c.drafted for r in runs for c in r.cycles}) >= 2, "the cut or fallback must vary the length"
     assert min(chi2_pvalue([r.tokens[1] for r in runs], p1), chi2_pvalue([r.tokens[2] for r in runs], p2)) > 1e-3

@@ -70,6 +70,11 @@ class EvalConfig:
     """trained drafters that can cut their chains where their confidences stop paying for the target's verify
     cost (DSpark, Medusa heads, EAGLE and MTP chains; the cost curve is measured first, a few seconds, not timed):
     true or false overrides the drafter's own setting (EAGLE and MTP: off); null keeps it"""
+    fallback: bool | None = None
+    """trained chain drafters: choose each draft's length, 0 (a plain step) up to --draft-length, from the acceptance
+    so far in the request and the measured verify and draft costs (draftsmith.drafters.fallback), so a drafter that
+    does not pay on some prompts falls back towards plain decoding there; null = on for EAGLE and MTP chains
+    (not with --save-traces, whose traces are of fixed lengths); false = always the full length"""
     small_batch_linear: bool = True
     """CPU: time torch's linear layers against W·xᵀ on the target's weights for 1..8-row inputs (a few seconds,
     not timed) and use W·xᵀ for the row counts where it is faster, in the target and the drafter; our plain loop,
@@ -163,6 +168,9 @@ def check_arguments(config: EvalConfig) -> None:
     if drafter_kind(config.drafter) in ("prompt-lookup", "suffix", "hf", "draft_lm") and config.confidence_cut is not None:
         raise DraftsmithError("--confidence-cut is for trained drafters with confidences (DSpark, Medusa, EAGLE, MTP); "
                               "prompt lookup's length is --adaptive-lookup.")
+    if config.fallback and (config.tree is not None or drafter_kind(config.drafter) in FALLBACK_REFUSED):
+        raise DraftsmithError("--fallback is for trained drafters drafting chains (EAGLE, MTP, Medusa, DFlash, draft "
+                              "LMs); prompt lookup and suffix drafts choose their own lengths, and trees their shape.")
     resolve_chat_template(config.chat_template)  # a template file that does not exist fails here
     read_conversations(config.prompts)  # the file exists and every row parses
     if Path(config.out).expanduser().is_file():
@@ -191,6 +199,22 @@ def _save_traces(config: EvalConfig, target, proposer, prompts, runs, sampling) 
     path = traces.write_traces(Path(config.out) / "traces.json", target, proposer.describe(), prompts, runs, main, extra,
                                environment(target), config.max_new_tokens)
     print(f"traces: {path}")
+
+
+FALLBACK_REFUSED = ("prompt-lookup", "suffix", "hybrid", "hf")
+
+
+def falls_back(config: EvalConfig) -> bool:
+    """Whether the drafter's chain lengths follow its running acceptance (EvalConfig.fallback)."""
+    if config.fallback is not None:
+        return config.fallback
+    return config.tree is None and not config.save_traces and drafter_kind_of(config.drafter) in ("eagle", "mtp")
+
+
+def drafter_kind_of(spec: str) -> str:
+    from draftsmith.eval.runner import drafter_kind
+
+    return drafter_kind(spec)
 
 
 def evaluate_and_report(config: EvalConfig, target=None) -> dict:
@@ -224,7 +248,8 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
                                 adaptive_length=adaptive, confidence_cut=config.confidence_cut,
                                 draft_length=max([config.draft_length, *parse_lengths(config.draft_lengths)]),
                                 suffix_config=suffix_config(config),
-                                draft_budget=budget if config.adaptive_lookup else None)
+                                draft_budget=budget if config.adaptive_lookup else None,
+                                fallback=falls_back(config))
         drafting = small_batch.install_on_proposer(proposer, target, rows)
         shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
         sampling = Sampling(config.temperature, config.top_k, config.top_p)

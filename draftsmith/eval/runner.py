@@ -59,7 +59,7 @@ def drafter_kind(spec: str) -> str:
 
 def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adaptive_length: int | None = None,
                  confidence_cut: bool | None = None, draft_length: int | None = None, suffix_config=None,
-                 draft_budget: int | None = None) -> Proposer:
+                 draft_budget: int | None = None, fallback: bool = False) -> Proposer:
     """Turn a `--drafter` value into a Proposer: prompt-lookup, suffix, hf:<model>, a trained drafter folder, or
     hybrid:<folder or hf:model>.
 
@@ -70,7 +70,9 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
     curve measures it now, for drafts of up to `draft_length` tokens (None: the drafter's own longest draft).
     `suffix_config` (`drafters.suffix.Config`): suffix drafting alone and in hybrids; `draft_budget`: the nodes of
     one draft (chain length or tree total) up to which they measure the verify-cost curve their cuts and the
-    hybrid's skip decision read (None: not measured; suffix drafts keep their full size, the drafter always runs)."""
+    hybrid's skip decision read (None: not measured; suffix drafts keep their full size, the drafter always runs).
+    `fallback`: a trained drafter's chains of up to `draft_length` take the length their running acceptance in the
+    request pays for, 0 = a plain step (`draftsmith.drafters.fallback`; the cost curve is measured now)."""
     kind = drafter_kind(spec)
     if kind in ("suffix", "hybrid"):
         from draftsmith.drafters import hybrid, suffix
@@ -106,6 +108,11 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
         proposer.confidence_cut = confidence_cut
     if getattr(proposer, "wants_verify_cost", False):  # a confidence cut reads the verify-cost curve
         _calibrate(proposer, target, kind, max(draft_length or 0, proposer.longest_draft))
+    if fallback:
+        from draftsmith.drafters.fallback import RunningAcceptance
+
+        proposer = RunningAcceptance(proposer, draft_length or 4)
+        _calibrate(proposer, target, f"{kind} fallback", proposer.longest)
     return proposer
 
 

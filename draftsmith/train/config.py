@@ -192,6 +192,9 @@ class ReportSection:
     confidence_cut: bool | None = None
     """cut each chain draft where the drafter's confidence stops paying for the target's measured verify cost
     (`draftsmith eval --confidence-cut`); null = the drafter's own setting (on for DSpark, off otherwise)"""
+    fallback: bool | None = None
+    """chain drafts: each of the length the drafter's acceptance so far in the request pays for, falling back towards
+    plain decoding where it does not (`draftsmith eval --fallback`); null = on for EAGLE and MTP chains"""
     transformers_baseline: bool = True
     """also time transformers generate() for speedup_vs_transformers"""
     methods: list[Literal["drafter", "suffix", "hybrid"]] = field(default_factory=lambda: ["drafter"])

@@ -131,6 +131,7 @@ def final_report(config: TrainConfig, target) -> dict | None:
             prompts=section.prompts, num_prompts=section.num_prompts, max_new_tokens=section.max_new_tokens,
             draft_length=section.draft_length, tree=section.tree,
             confidence_cut=None if method == "suffix" else section.confidence_cut,
+            fallback=section.fallback if method == "drafter" else None,
             dtype=config.target.dtype,
             transformers_baseline=section.transformers_baseline,
             chat_template=(config.prepare or {}).get("chat_template"),  # prompts as the drafter saw its data

@@ -1,0 +1,105 @@
+"""A trained chain drafter that falls back towards plain decoding within a request where it does not pay.
+
+A drafter trained on code may draft well there and badly on chat; a draft that is rejected still costs its drafting
+and a wider target pass (t(k+1) > t(1)), so a weak drafter makes decoding slower than no drafter. `RunningAcceptance`
+wraps any chain proposer and picks each draft's length from what the target accepted so far in this request:
+
+- per draft position i, the running conditional acceptance a_i = (accepted_i + 2 a_{i-1}) / (reached_i + 2) over
+  this request's drafts (reached: drafts that got to position i with all before it accepted), each count decayed
+  by 0.8 per new observation so that it follows the text as it changes (about the last five drafts weigh). A
+  position with little evidence leans on the one before it, and the first on an optimistic a_0 = 3/4, as prompt
+  lookup starts, so a request begins by drafting and a drafter rejected at position 1 stops drafting long chains;
+- the cost of a pass that verifies L drafted tokens: the target's measured verify-cost curve t(L + 1) plus L times
+  the drafter's measured seconds per drafted token (timed on this request's own drafts);
+- the length L in 0 .. longest with the most expected tokens, 1 + a_1 + a_1 a_2 + ..., per unit of that cost
+  (`cost.best_length`). L = 0 is a plain step: nothing is drafted.
+
+A request that has fallen back to L = 0 still probes with one drafted token after 4 plain steps, then after 8, 16,
+up to 32 while probes keep failing (back to 4 once one is accepted), so a request whose text turns predictable
+gets its drafter back. Lengths are decided from earlier passes only, never from the target's answer to this one:
+greedy output is plain decoding's and sampling stays exact.
+"""
+
+from __future__ import annotations
+
+import time
+
+from draftsmith.cost import best_length, measure
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
+
+START, PRIOR_WEIGHT, DECAY = 0.75, 2.0, 0.8
+FIRST_PROBE, LAST_PROBE = 4, 32
+
+
+class RunningAcceptance:
+    """`inner`'s chain drafts, each of the length its running acceptance in this request pays for (module doc)."""
+
+    def __init__(self, inner: Proposer, longest: int, verify_cost: dict[int, float] | None = None):
+        self.inner, self.longest, self.verify_cost = inner, longest, verify_cost
+        self.required_layers = inner.required_layers
+        self.reset()
+
+    def __getattr__(self, name):  # everything else (verifier, confidence_cut, ...) is the wrapped drafter's
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.accepted, self.reached = [0.0] * self.longest, [0.0] * self.longest
+        self.draft_seconds, self.drafted = 0.0, 0
+        self.previous: tuple[list[int], int] | None = None  # (last draft's tokens, committed length when drafted)
+        self.plain_steps, self.probe_after = 0, FIRST_PROBE
+
+    def calibrate(self, target, longest: int | None = None) -> dict[int, float]:
+        """Measure the target's verify-cost curve t(n), n = 1 .. longest + 1 (seconds)."""
+        self.verify_cost = measure(target, longest or self.longest)
+        return self.verify_cost
+
+    def describe(self) -> dict:
+        return {**self.inner.describe(), "fallback": "running acceptance (draftsmith.drafters.fallback)"}
+
+    def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
+        self._count(state.tokens[0].tolist())
+        length = self.length(min(shape.length, self.longest))
+        if length == 0:
+            self.plain_steps += 1
+            if self.plain_steps <= self.probe_after:
+                self.previous = None
+                return Draft(state.tokens[0, :0])
+            length = 1  # a probe: has the text turned predictable?
+        began = time.perf_counter()
+        draft = self.inner.propose(state, DraftShape(length=length), sampling)
+        self.draft_seconds += time.perf_counter() - began
+        self.drafted += len(draft)
+        self.previous = (draft.tokens.tolist(), state.tokens.shape[1])
+        return draft
+
+    def length(self, longest: int) -> int:
+        """The draft length this request's acceptance so far pays for (the module doc's rule)."""
+        if self.verify_cost is None:
+            return longest
+        through, running, rate = [], 1.0, START
+        for i in range(longest):
+            rate = (self.accepted[i] + PRIOR_WEIGHT * rate) / (self.reached[i] + PRIOR_WEIGHT)
+            running *= rate
+            through.append(running)
+        per_token = self.draft_seconds / self.drafted if self.drafted else 0.0
+        cost = {n: self.verify_cost[n] + per_token * (n - 1) for n in range(1, longest + 2)}
+        return best_length(through, cost)
+
+    def _count(self, committed: list[int]) -> None:
+        """Count how much of the previous draft the target accepted, read off the tokens committed since."""
+        if self.previous is None:
+            return
+        draft, start = self.previous
+        after = committed[start:]
+        accepted = next((i for i, (a, b) in enumerate(zip(draft, after)) if a != b), min(len(draft), len(after)))
+        for i in range(min(len(draft), accepted + 1)):  # positions looked at, up to the first rejection
+            self.reached[i] = DECAY * self.reached[i] + 1
+            self.accepted[i] = DECAY * self.accepted[i] + (i < accepted)
+        if self.plain_steps:  # a probe: back to drafting when accepted, else wait twice as long for the next
+            self.probe_after = FIRST_PROBE if accepted else min(2 * self.probe_after, LAST_PROBE)
+            self.plain_steps = 0
+        self.previous = None
+
