@@ -15,6 +15,7 @@ from pathlib import Path
 from draftsmith.data.capture import feature_bytes_per_token, read_safetensors_mmap
 
 import records  # bench/: the shared command line and the run's record
+from render_results import human_bytes
 
 OPTIONS = [  # (what a user chooses, layers stored, dtype, top-k logits)
     ("EAGLE-3 layers + last, bf16", 4, "bf16", 0),
@@ -23,14 +24,6 @@ OPTIONS = [  # (what a user chooses, layers stored, dtype, top-k logits)
     ("last layer only (Medusa, MTP, draft LM), bf16", 1, "bf16", 0),
     ("DFlash 5 layers + last, bf16", 6, "bf16", 0),
 ]
-
-
-def human(count: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if count < 1000 or unit == "PB":
-            return f"{count:.1f} {unit}"
-        count /= 1000
-    return ""
 
 
 def check(folder: Path) -> None:
@@ -70,7 +63,7 @@ def main() -> None:
     for label, layers, dtype, topk in OPTIONS:
         per_token = feature_bytes_per_token(args.hidden_size, layers, dtype, topk)
         whole = per_token * tokens + 16 * args.conversations
-        print(f"| {label} | {per_token:,} | {human(whole)} | 0 B |")
+        print(f"| {label} | {per_token:,} | {human_bytes(whole)} | 0 B |")
         options.append({"features": label, "layers": layers, "dtype": dtype, "topk_logits": topk,
                         "bytes_per_token": per_token, "capture_bytes": whole})
     records.write("feature_storage", {"hidden_size": args.hidden_size, "num_layers": args.num_layers,

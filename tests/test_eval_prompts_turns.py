@@ -4,15 +4,11 @@ import json
 from collections import Counter
 
 import pytest
+from test_eval import write_lines
 
 from draftsmith.data.regenerate import generate
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.prompts import load_prompts, read_categories, read_conversations, read_prompt_rows
-
-
-def write_lines(path, lines):
-    path.write_text("".join(line + "\n" for line in lines))
-    return path
 
 
 @pytest.fixture
