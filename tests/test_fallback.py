@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -18,17 +19,20 @@ COST = {1: 1.0, 2: 1.3, 3: 1.5, 4: 1.7, 5: 1.9}  # t(n)/t(1) of a CPU-like targe
 
 
 class Scripted:
-    """A chain proposer that drafts `token` repeated; counts its calls and the lengths asked."""
+    """A chain proposer that drafts `token` repeated; its first call of a request takes `first_call_s` (a drafter
+    reading the prompt in)."""
 
     required_layers: list = []
 
-    def __init__(self, token: int):
-        self.token, self.asked = token, []
+    def __init__(self, token: int, first_call_s: float = 0.0):
+        self.token, self.first_call_s, self.asked = token, first_call_s, []
 
     def reset(self):
         self.asked = []
 
     def propose(self, state, shape, sampling):
+        if not self.asked:
+            time.sleep(self.first_call_s)
         self.asked.append(shape.length)
         return Draft(torch.full((shape.length,), self.token))
 
@@ -77,6 +81,12 @@ def test_each_request_starts_afresh():
     proposer = RunningAcceptance(Scripted(7), 4, COST)
     drive(proposer, lambda position: 3, passes=20)
     assert drive(proposer, lambda position: 7, passes=3) == [3, 4, 4]
+
+
+def test_reading_a_long_prompt_in_is_not_charged_as_draft_time_per_token():
+    seconds = {n: 0.01 * cost for n, cost in COST.items()}  # t(1) = 10 ms; the first call takes 50 ms
+    lengths = drive(RunningAcceptance(Scripted(3, first_call_s=0.05), 4, seconds), lambda position: 3, passes=6)
+    assert lengths == [3, 4, 4, 4, 4, 4]  # charged at 50 ms / 3 tokens, drafting would not pay for t(1) = 10 ms
 
 
 def test_without_a_cost_curve_it_drafts_the_full_length():

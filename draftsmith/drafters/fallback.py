@@ -10,7 +10,8 @@ wraps any chain proposer and picks each draft's length from what the target acce
   position with little evidence leans on the one before it, and the first on an optimistic a_0 = 3/4, as prompt
   lookup starts, so a request begins by drafting and a drafter rejected at position 1 stops drafting long chains;
 - the cost of a pass that verifies L drafted tokens: the target's measured verify-cost curve t(L + 1) plus L times
-  the drafter's measured seconds per drafted token (timed on this request's own drafts);
+  the drafter's measured seconds per drafted token (timed on this request's own drafts after its first, which also
+  reads the whole prompt into the drafter: a one-time cost that would make long prompts look dear to draft);
 - the length L in 0 .. longest with the most expected tokens, 1 + a_1 + a_1 a_2 + ..., per unit of that cost
   (`cost.best_length`). L = 0 is a plain step: nothing is drafted.
 
@@ -47,7 +48,7 @@ class RunningAcceptance:
     def reset(self) -> None:
         self.inner.reset()
         self.accepted, self.reached = [0.0] * self.longest, [0.0] * self.longest
-        self.draft_seconds, self.drafted = 0.0, 0
+        self.draft_seconds, self.drafted, self.calls = 0.0, 0, 0
         self.previous: tuple[list[int], int] | None = None  # (last draft's tokens, committed length when drafted)
         self.plain_steps, self.probe_after = 0, FIRST_PROBE
 
@@ -70,8 +71,10 @@ class RunningAcceptance:
             length = 1  # a probe: has the text turned predictable?
         began = time.perf_counter()
         draft = self.inner.propose(state, DraftShape(length=length), sampling)
-        self.draft_seconds += time.perf_counter() - began
-        self.drafted += len(draft)
+        if self.calls:  # the first call also reads the prompt into the drafter (module doc)
+            self.draft_seconds += time.perf_counter() - began
+            self.drafted += len(draft)
+        self.calls += 1
         self.previous = (draft.tokens.tolist(), state.tokens.shape[1])
         return draft
 
