@@ -206,15 +206,11 @@ FALLBACK_REFUSED = ("prompt-lookup", "suffix", "hybrid", "hf")
 
 def falls_back(config: EvalConfig) -> bool:
     """Whether the drafter's chain lengths follow its running acceptance (EvalConfig.fallback)."""
-    if config.fallback is not None:
-        return config.fallback
-    return config.tree is None and not config.save_traces and drafter_kind_of(config.drafter) in ("eagle", "mtp")
-
-
-def drafter_kind_of(spec: str) -> str:
     from draftsmith.eval.runner import drafter_kind
 
-    return drafter_kind(spec)
+    if config.fallback is not None:
+        return config.fallback
+    return config.tree is None and not config.save_traces and drafter_kind(config.drafter) in ("eagle", "mtp")
 
 
 def evaluate_and_report(config: EvalConfig, target=None) -> dict:

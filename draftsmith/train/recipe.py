@@ -368,11 +368,6 @@ class TrainRecipe:
                 for name, held_out in self.data.also.items():  # eval.also: the same figures on more held-out sets
                     record.update({f"{name}/{k}": v for k, v in self._held_out_metrics(held_out).items()})
             self.model.train()
-            for prefix in ("", *(f"{name}/" for name in self.data.also)):
-                accuracies = step_accuracies({k.removeprefix(prefix): v for k, v in record.items()
-                                              if k.startswith(prefix)})
-                if accuracies:
-                    record[f"{prefix}implied_acceptance_length"] = implied_acceptance_length(accuracies)
             drafter = self.accelerator.unwrap_model(self.model).drafter
             if hasattr(drafter, "use_held_out"):  # a kind that shapes its drafts from held-out figures (Medusa's tree)
                 drafter.use_held_out(record)
@@ -386,6 +381,15 @@ class TrainRecipe:
         return record
 
     def _held_out_metrics(self, held_out) -> dict:
+        """Token-weighted means of the drafter's metrics over the first eval.batches batches of `held_out`, and the
+        chain τ its per-step accuracies imply."""
+        metrics = self._held_out_means(held_out)
+        accuracies = step_accuracies(metrics)
+        if accuracies:
+            metrics["implied_acceptance_length"] = implied_acceptance_length(accuracies)
+        return metrics
+
+    def _held_out_means(self, held_out) -> dict:
         """Token-weighted means of the drafter's metrics over the first eval.batches batches of `held_out`."""
         batch_size = self.config.data.batch_size
         count = min(self.config.eval.batches, math.ceil(len(held_out) / batch_size))
