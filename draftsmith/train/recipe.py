@@ -43,6 +43,7 @@ class TrainRecipe:
         self.best_score: float | None = None
         self.best_step: int | None = None
         self.train_seconds = 0.0  # wall time of the training loop so far, resumed runs' included
+        self.budget_share = 0.0  # of train.max_minutes, the largest over processes, as of the last step
         self.decoder_missing = False
         self.wandb_run: dict | None = None
 
@@ -165,7 +166,9 @@ class TrainRecipe:
         optimizer = torch.optim.AdamW(
             [{"params": params, "lr": cfg.lr * scale, "weight_decay": cfg.weight_decay if decay else 0.0}
              for (decay, scale), params in groups.items()], lr=cfg.lr, betas=tuple(cfg.betas), fused=fused or None)
-        schedule = warmup_cosine(cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
+        # the share of train.max_minutes spent, as every process agrees on it (`_out_of_time`): the same rate everywhere
+        budget_spent = (lambda: self.budget_share) if cfg.max_minutes else None
+        schedule = warmup_cosine(cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio, budget_spent)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         plugin = self.accelerator.state.deepspeed_plugin
         if plugin is not None:  # DeepSpeed clips and accumulates inside its engine: hand it the recipe's values
@@ -280,12 +283,14 @@ class TrainRecipe:
         bar.close()
 
     def _out_of_time(self) -> bool:
-        """Whether train.max_minutes is spent; every process stops at the same step once any one has spent it."""
+        """Whether train.max_minutes is spent; every process stops at the same step once any one has spent it, and
+        takes the same share spent (`budget_share`, which the learning-rate schedule follows)."""
         budget = self.config.train.max_minutes
         if not budget:
             return False
-        spent = torch.tensor([float(self.train_seconds >= budget * 60)], device=self.accelerator.device)
-        return bool(self.accelerator.reduce(spent, "max").item())
+        seconds = torch.tensor([self.train_seconds], dtype=torch.float64, device=self.accelerator.device)
+        self.budget_share = float(self.accelerator.reduce(seconds, "max").item()) / (budget * 60)
+        return self.budget_share >= 1.0
 
     def _train_step(self) -> dict:
         """One optimizer step: grad_accum micro-batches on every process, then clip, step, schedule."""
