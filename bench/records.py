@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 SCHEMA = 1
+ISA_LIMITS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 SHARED_OPTIONS = {  # name -> (type, the help every bench shows unless it says more)
     "target": (str, "target model: built-in alias, hub id, local folder or .gguf file"),
@@ -100,7 +101,9 @@ def machine() -> dict:
     return {"cpu": cpu, "amx": bool(flags & {"amx_bf16", "amx_tile"}), "avx512": "avx512f" in flags,
             "avx2": "avx2" in flags, "cores": cores, "torch_threads": torch.get_num_threads(),
             "memory_gib": _memory_gib(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            # a limit on the instruction sets oneDNN and MKL use (a slower kind of CPU emulated), when one was set
+            "isa_limit": {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)} or None}
 
 
 def _version(package: str) -> str | None:

@@ -274,11 +274,42 @@ def sharded_target(result: dict) -> list[str]:
                           "resident beyond the runtime MiB", "peak MiB", "forward s", "features vs 1 process"], rows)
 
 
+def general_mix(result: dict) -> list[str]:
+    arms = result.get("arms", {})
+    code, mix = arms.get("code", {}), arms.get("mix", {})
+    lines = [f"The default recipe (EAGLE-3, its time budgets) trained on code alone and on the general mix; each decodes "
+             f"{result.get('num_prompts')} prompts of builtin:suite and {result.get('humaneval_prompts')} HumanEval "
+             f"prompts, {result.get('max_new_tokens')} new tokens, chains of {result.get('draft_length')} with the "
+             "fallback, greedy; speedups against our plain loop.", ""]
+    lines += table(["arm", "rows", "tokens", "steps", "implied τ"],
+                   [[name, fmt(arm.get("rows")), fmt(arm.get("tokens")), fmt(arm.get("steps")),
+                     fmt(arm.get("implied_acceptance_length"))] for name, arm in arms.items()])
+    names = sorted(set(code.get("suite", {}).get("per_category", {})) | set(mix.get("suite", {}).get("per_category", {})))
+    rows = []
+    for name in names:
+        a = code.get("suite", {}).get("per_category", {}).get(name, {})
+        b = mix.get("suite", {}).get("per_category", {}).get(name, {})
+        rows.append([name, fmt(a.get("prompts")), fmt(a.get("acceptance_length")), fmt(a.get("speedup"), 2, "×"),
+                     fmt(b.get("acceptance_length")), fmt(b.get("speedup"), 2, "×")])
+    for label, key in (("suite, all", "suite"), ("HumanEval", "humaneval")):
+        a, b = code.get(key, {}), mix.get(key, {})
+        rows.append([f"**{label}**", fmt(result.get("num_prompts" if key == "suite" else "humaneval_prompts")),
+                     fmt(a.get("acceptance_length")), fmt(a.get("speedup"), 2, "×"),
+                     fmt(b.get("acceptance_length")), fmt(b.get("speedup"), 2, "×")])
+    lines += table(["category", "prompts", "code τ", "code speedup", "mix τ", "mix speedup"], rows)
+    checks = result.get("checks", {})
+    return lines + [f"Mix keeps ≥ 90% of the code arm's HumanEval speedup: "
+                    f"{fmt(checks.get('humaneval_kept_90_percent'))}; mix faster in every category but code: "
+                    f"{fmt(checks.get('mix_wins_every_non_code_category'))}.", ""]
+
+
 CANONICAL = {  # bench (its script's name) -> (title, table function, a command that makes a record)
     "families": ("Drafter families at one CPU budget", families,
                  "python bench/families.py --minutes 20 --num-prompts 40"),
     "eagle3_smollm2": ("EAGLE-3 at a training budget", eagle3_smollm2,
                        "python bench/eagle3_smollm2.py --minutes 50 --num-prompts 40"),
+    "general_mix": ("Code-only against the general mix, by category", general_mix,
+                    "python bench/general_mix.py --num-prompts 20 --humaneval-prompts 10"),
     "long_context": ("Long prompts", long_context,
                      "python bench/long_context.py --drafter DRAFTER --contexts 256 2048 8192 --threads 1"),
     "serving": ("Serving under load (serve-sim)", serving, "python bench/serving.py --drafter DRAFTER"),
@@ -311,6 +342,8 @@ def provenance(entry: dict) -> list[str]:
     """Where a table's figures come from: command, commit, machine, versions, date."""
     m, v = entry.get("machine", {}), entry.get("versions", {})
     units = ", ".join(name for name in ("amx", "avx512", "avx2") if m.get(name)) or "none of AMX/AVX-512/AVX2"
+    if m.get("isa_limit"):  # the libraries were told to use less than the CPU has
+        units += "; limited to " + ", ".join(f"{key}={value}" for key, value in m["isa_limit"].items())
     commit = (entry.get("commit") or "unknown")[:8] + (" (uncommitted changes in the tree)" if entry.get("dirty") else "")
     return [f"`{entry.get('command')}`", "",
             f"- commit {commit}, {entry.get('date')}",
@@ -387,7 +420,7 @@ def render_readme(text: str, results: Path = RESULTS) -> str:
 def watched(bench: str) -> list[str]:
     """The paths whose change can change what `bench` measures."""
     paths = ["draftsmith", f"bench/{bench}.py", "bench/common.py"]
-    return paths + (["recipes"] if bench in ("families", "eagle3_smollm2") else [])
+    return paths + (["recipes"] if bench in ("families", "eagle3_smollm2", "general_mix") else [])
 
 
 def _git(*arguments: str) -> subprocess.CompletedProcess:

@@ -235,3 +235,26 @@ def test_sharded_target_table():
                                             "forward_s": 2.637, "features_vs_one_process": "identical"}]})
     for figure in ("256.6 of 513.1", "50.0%", "477", "1017", "2.637", "identical"):
         assert figure in text, figure
+
+
+def test_general_mix_table():
+    arm = lambda speed: {"rows": 300, "tokens": 61234, "steps": 900, "implied_acceptance_length": 1.61,  # noqa: E731
+                         "suite": {"acceptance_length": 1.4, "speedup": speed,
+                                   "per_category": {"code": {"prompts": 2, "acceptance_length": 1.71, "speedup": 1.33},
+                                                    "math": {"prompts": 2, "acceptance_length": 1.2,
+                                                             "speedup": speed + 0.01}}},
+                         "humaneval": {"acceptance_length": 1.8, "speedup": 1.4}}
+    text = rendered("general_mix", {"num_prompts": 20, "humaneval_prompts": 10, "max_new_tokens": 96, "draft_length": 2,
+                                    "arms": {"code": arm(1.05), "mix": arm(1.125)},
+                                    "checks": {"humaneval_kept_90_percent": True,
+                                               "mix_wins_every_non_code_category": False}})
+    assert "| math | 2 | 1.20 | 1.06× | 1.20 | 1.14× |" in text
+    assert "| **HumanEval** | 10 | 1.80 | 1.40× | 1.80 | 1.40× |" in text
+    assert "| mix | 300 | 61,234 | 900 | 1.61 |" in text
+    assert "HumanEval speedup: yes; mix faster in every category but code: no." in text
+
+
+def test_a_record_made_with_a_limited_instruction_set_says_so():
+    limited = {**entry("decode", {}), "machine": {"cpu": "Xeon", "amx": True, "avx512": True, "avx2": True, "cores": 2,
+                                                  "isa_limit": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}}
+    assert "(amx, avx512, avx2; limited to ONEDNN_MAX_CPU_ISA=AVX2)" in "\n".join(render_results.provenance(limited))
