@@ -73,11 +73,10 @@ from draftsmith.train.config import TrainConfig
 
 arms = {}
 for arm, overrides in ARMS.items():
-    config = load(TrainConfig, RECIPE, ["resume=true", "report.num_prompts=0", "tracking.report_to=[]", *args.set,
-                                        *overrides])
+    options = ["resume=true", "report.num_prompts=0", "tracking.report_to=[]", *args.set, *overrides]
+    config = load(TrainConfig, RECIPE, options)  # the folders and report options `draftsmith train` gets
     draft_length = config.report.draft_length
-    run([*DRAFTSMITH, "train", str(RECIPE), "resume=true", "report.num_prompts=0", "tracking.report_to=[]",
-         *args.set, *overrides])
+    run([*DRAFTSMITH, "train", str(RECIPE), *options])
     prepared = json.loads((Path(config.data.prepared) / "prepare_report.json").read_text())
     training = json.loads((Path(config.output_dir) / "training.json").read_text())
     best = Path(config.output_dir) / "best"

@@ -288,7 +288,7 @@ class TrainRecipe:
         budget = self.config.train.max_minutes
         if not budget:
             return False
-        seconds = torch.tensor([self.train_seconds], dtype=torch.float64, device=self.accelerator.device)
+        seconds = torch.tensor([self.train_seconds], device=self.accelerator.device)  # float32: every backend has it
         self.budget_share = float(self.accelerator.reduce(seconds, "max").item()) / (budget * 60)
         return self.budget_share >= 1.0
 
