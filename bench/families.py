@@ -3,8 +3,10 @@
     .venv/bin/python bench/families.py --minutes 20 --num-prompts 40 --families eagle3 draft-lm \
         --set data.prepared=runs/bench-complete/data 'prepare.input=[builtin:stdlib-complete]' prepare.regenerate=true
 
-Each family is its shipped recipe, recipes/smollm2-135m/<family>.yaml, on the same prepared data (one
-prepared folder: the recipes share their prepare options; --set applies to all of them). Per family: a
+Each family is its shipped recipe, recipes/smollm2-135m/<family>.yaml, on the same prepared data: the first
+family's (by default the default recipe's general mix, answered by the target); every run takes that recipe's prepare
+options and prepared folder (and a draft vocabulary from there when its recipe has one), an offline recipe captures
+its features from it once, under OUT, and --set applies to all of them. Per family: a
 short probe measures its training tokens/s, it trains for about --minutes of wall time (steps = budget /
 seconds per step), and its held-out accuracy per step or head is read from its last validation.
 Then the same HumanEval prompts are decoded at T=0, interleaved prompt by prompt, with our plain loop,
@@ -59,8 +61,10 @@ RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m"
 import records  # bench/: the shared command line and the run's record
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-parser.add_argument("--families", nargs="+", default=["eagle3", "draft-lm"],
-                    help="recipes of recipes/smollm2-135m/ to train and compare (file names without .yaml)")
+parser.add_argument("--families", nargs="+",
+                    default=["eagle3", "eagle1", "mtp", "medusa1", "medusa2", "dflash", "dspark", "draft-lm"],
+                    help="recipes of recipes/smollm2-135m/ to train and compare (file names without .yaml); the "
+                         "first one's data is every family's (default: every family, the default recipe first)")
 parser.add_argument("--variant", nargs="+", action="append", default=[], metavar="NAME RECIPE [OVERRIDE]",
                     help="an extra run of a family's recipe with overrides (e.g. --variant draft-lm-fresh draft-lm "
                          "drafter.freeze_embeddings=false), trained at the same budget and compared on held-out "
@@ -104,12 +108,22 @@ for flag, decoded, extra in (("--family", True, args.family), ("--variant", Fals
         runs_to_train[name] = (family, overrides, decoded)
 
 
-def recipe(family: str, name: str, *overrides: str) -> TrainConfig:
-    """A family's recipe for one of this bench's runs (a previous run of that name is removed)."""
+def recipe(family: str, name: str, *overrides: str, data_from: TrainConfig | None = None) -> TrainConfig:
+    """A family's recipe for one of this bench's runs (a previous run of that name is removed), reading the
+    prepared data of `data_from` (the first family's recipe): its prepare options, its prepared folder, a draft
+    vocabulary from there, and for an offline recipe features captured from it once per family under OUT."""
     if (out / name).exists():
         shutil.rmtree(out / name)
-    return load(TrainConfig, RECIPES / f"{family}.yaml",
-                [f"output_dir={out / name}", "report.num_prompts=0", "tracking.report_to=[]", *args.set, *overrides])
+    config = load(TrainConfig, RECIPES / f"{family}.yaml",
+                  [f"output_dir={out / name}", "report.num_prompts=0", "tracking.report_to=[]", *args.set, *overrides])
+    if data_from is not None:
+        config.prepare = copy.deepcopy(data_from.prepare)
+        config.data.prepared = data_from.data.prepared
+        if config.data.draft_vocab:
+            config.data.draft_vocab = data_from.data.prepared
+        if config.data.features:
+            config.data.features = str(out / f"features-{family}")
+    return config
 
 
 # ----------------------------------------------------------------------------- data, probes, training
@@ -122,7 +136,7 @@ split = TokenDataset(load_prepared(first.data.prepared, target)["train"])
 families: dict[str, dict] = {}
 for name, (family, overrides, decoded) in runs_to_train.items():
     probe = train(recipe(family, f"{name}-probe", *overrides, "train.max_steps=6", "train.eval_every=0",
-                         "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1"), target)
+                         "train.checkpoint_every=0", "eval.num_prompts=0", "eval.batches=1", data_from=first), target)
     tokens_per_s = train_tokens_per_s(out / f"{name}-probe")
     forward = forward_tokens_per_s(target, split, probe.config, probe.layers)
     steps, step_tokens = steps_for(args.minutes, tokens_per_s, split, probe.config)
@@ -130,7 +144,8 @@ for name, (family, overrides, decoded) in runs_to_train.items():
           f"for {args.minutes:g} min", flush=True)
     began = time.perf_counter()
     run = train(recipe(family, name, *overrides, f"train.max_steps={steps}", f"train.eval_every={max(steps // 3, 1)}",
-                       f"train.checkpoint_every={max(steps // 3, 1)}", f"train.max_minutes={args.minutes}"), target)
+                       f"train.checkpoint_every={max(steps // 3, 1)}", f"train.max_minutes={args.minutes}",
+                       data_from=first), target)
     last_eval = [r for r in read_log(out / name) if r.get("split") == "eval"][-1]
     families[name] = {
         "recipe": family, "overrides": overrides, "variant": not decoded,
