@@ -303,6 +303,30 @@ def general_mix(result: dict) -> list[str]:
                     f"{fmt(checks.get('mix_wins_every_non_code_category'))}.", ""]
 
 
+
+def memory_plan(result: dict) -> list[str]:
+    """Parameters of each target and its EAGLE-3 drafter, then bytes per training process by launcher."""
+    def gb(count: float) -> str:
+        return fmt(count / 1e9, 2)
+
+    lines = [(f"Per training process over {result.get('processes')} processes: the target in {result.get('dtype')}, "
+              f"draftsmith's EAGLE-3 drafter trained at {result.get('state_bytes_per_parameter')} bytes per "
+              "parameter (float32 weights, gradients, AdamW's two moments), the features of one online micro-batch "
+              f"of {result.get('batch_size')} × {result.get('max_length')} tokens; activations not counted. "
+              "Parameter counts of the real modules built on the meta device."), ""]
+    targets = result.get("targets", [])
+    lines += table(["target", "parameters", "drafter trainable", "by part", "draft vocabulary",
+                    "with the whole vocabulary"],
+                   [[t["architecture"], fmt(t["target_parameters"] / 1e9, 2) + " B",
+                     fmt(t["drafter_trainable"] / 1e6, 1) + " M",
+                     ", ".join(f"{part} {fmt(count / 1e6, 1)} M" for part, count in t["drafter_parameters"].items()),
+                     f"{t['draft_vocab']:,}", fmt(t["drafter_trainable_full_vocab"] / 1e6, 1) + " M"]
+                    for t in targets])
+    rows = [[t["architecture"], r["launcher"], r["target"], gb(r["target_bytes"]), gb(r["drafter_state_bytes"]),
+             gb(r["features_bytes"]), f"**{gb(r['total_bytes'])}**"] for t in targets for r in t.get("rows", [])]
+    return lines + table(["target", "drafter under", "target held", "target GB", "drafter state GB",
+                          "features GB", "total GB"], rows)
+
 CANONICAL = {  # bench (its script's name) -> (title, table function, a command that makes a record)
     "families": ("Drafter families at one CPU budget", families,
                  "python bench/families.py --minutes 20 --num-prompts 40"),
@@ -321,8 +345,10 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
                "python bench/decode.py --num-prompts 10 --max-new-tokens 128"),
     "capture": ("Feature capture against the bare forward", capture, "python bench/capture.py --samples 64"),
     "feature_storage": ("Disk a feature capture takes", feature_storage,
-                        "python bench/feature_storage.py --hidden-size 8192 --num-layers 80"),
+                        "python bench/feature_storage.py --hidden-size 4096 --num-layers 32"),
     "sharded_target": ("A target sharded over processes", sharded_target, "python bench/sharded_target.py"),
+    "memory_plan": ("Memory per GPU to train EAGLE-3 for a big target", memory_plan,
+                    "python bench/memory_plan.py --processes 8 --draft-vocab 32000"),
 }
 
 

@@ -254,6 +254,40 @@ def test_general_mix_table():
     assert "HumanEval speedup: yes; mix faster in every category but code: no." in text
 
 
+
+def test_memory_plan_table():
+    text = rendered("memory_plan", {"processes": 8, "dtype": "bfloat16", "batch_size": 4, "max_length": 2048,
+                                    "state_bytes_per_parameter": 16, "targets": [
+                                        {"architecture": "llama-3.1-8b", "target_parameters": 8030261248,
+                                         "draft_vocab": 32000, "drafter_trainable": 424689664,
+                                         "drafter_parameters": {"fc": 50331648, "head": 131072000},
+                                         "drafter_trainable_full_vocab": 819073024,
+                                         "rows": [{"launcher": "ZeRO-2", "target": "whole", "target_bytes": 16060522496,
+                                                   "drafter_state_bytes": 2335793152, "features_bytes": 268435456,
+                                                   "total_bytes": 18664751104}]}]})
+    assert "| llama-3.1-8b | 8.03 B | 424.7 M | fc 50.3 M, head 131.1 M | 32,000 | 819.1 M |" in text
+    assert "| llama-3.1-8b | ZeRO-2 | whole | 16.06 | 2.34 | 0.27 | **18.66** |" in text
+
+
+def test_memory_plan_counts_the_drafter_draftsmith_trains():
+    """The bench's parameter count of the EAGLE-3 drafter for Llama-3.1-8B, against the hand count from its shape."""
+    memory_plan = _load("memory_plan")
+    H, I, kv, N = 4096, 14336, 8 * 128, 32000
+    hand = {"fc": 3 * H * H, "attention": 2 * H * H + 2 * (2 * H) * kv + H * H, "mlp": 3 * H * I,
+            "head": H * N, "norms": 4 * H}
+    config = memory_plan.target_config("llama-3.1-8b")
+    assert memory_plan.drafter_parts(config, N) == hand
+    plan = memory_plan.plan("llama-3.1-8b", processes=8, draft_vocab=N, dtype="bfloat16", batch_size=4, max_length=2048)
+    assert plan["target_parameters"] == 8_030_261_248  # Llama-3.1-8B's published size
+    rows = {(r["launcher"], r["target"]): r for r in plan["rows"]}
+    trainable = sum(hand.values())
+    assert rows["DDP", "whole"]["drafter_state_bytes"] == 16 * trainable
+    assert rows["ZeRO-2", "whole"]["drafter_state_bytes"] == 4 * trainable + 12 * trainable / 8
+    # sharded: an eighth of the weights, plus embedding, head, final norm and one decoder layer whole while they run
+    layer = (2 * H * H + 2 * H * kv) + 3 * H * I + 2 * H
+    gathered = 2 * (2 * 128256 * H + H + layer)
+    assert rows["ZeRO-3 / FSDP", "target.shard=fsdp"]["target_bytes"] == 2 * 8_030_261_248 / 8 + gathered
+
 def test_a_record_made_with_a_limited_instruction_set_says_so():
     limited = {**entry("decode", {}), "machine": {"cpu": "Xeon", "amx": True, "avx512": True, "avx2": True, "cores": 2,
                                                   "isa_limit": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}}
