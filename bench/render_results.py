@@ -319,7 +319,8 @@ def memory_plan(result: dict) -> list[str]:
                     "with the whole vocabulary"],
                    [[t["architecture"], fmt(t["target_parameters"] / 1e9, 2) + " B",
                      fmt(t["drafter_trainable"] / 1e6, 1) + " M",
-                     ", ".join(f"{part} {fmt(count / 1e6, 1)} M" for part, count in t["drafter_parameters"].items()),
+                     ", ".join(f"{part} {fmt(count / 1e6, 1) + ' M' if count >= 1e5 else f'{count:,}'}"
+                               for part, count in t["drafter_parameters"].items()),
                      f"{t['draft_vocab']:,}", fmt(t["drafter_trainable_full_vocab"] / 1e6, 1) + " M"]
                     for t in targets])
     rows = [[t["architecture"], r["launcher"], r["target"], gb(r["target_bytes"]), gb(r["drafter_state_bytes"]),
