@@ -278,7 +278,7 @@ def test_a_library_written_eagle3_checkpoint_reads_as_ours(world, tmp_path):
         load_drafter(str(folder), target)
 
 
-@pytest.mark.parametrize("option", ["norm_output", "fc_norm", "norm_before_fc"])
+@pytest.mark.parametrize("option", ["norm_before_fc"])
 def test_eagle3_options_our_drafter_does_not_compute_are_refused(world, tmp_path, option):
     folder = copy_export(world, "eagle3", "speculators", tmp_path)
     rewrite(folder, lambda config: config.update({option: True}))

@@ -6,6 +6,7 @@ import hashlib
 import pytest
 import torch
 from test_export_support import draft_vocab
+from test_losses import by_hand as by_hand_loss
 from tiny import tiny_target
 
 from draftsmith.config import build
@@ -81,12 +82,13 @@ def by_hand(drafter, target, context_features, block_ids, anchor):
 
 
 @pytest.mark.parametrize("vocab_size", [None, 64], ids=["full", "draft-vocab"])
-def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, vocab_size):
+@pytest.mark.parametrize("loss", ["forward_kl", "lk"])
+def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, vocab_size, loss):
     """Over a draft vocabulary: the drafter's own head, labels renormalised over its rows, accuracy against the
     target's argmax over the whole vocabulary."""
     target = frozen(tiny_qwen3)
     vocab = draft_vocab(size=vocab_size) if vocab_size else None
-    drafter = make(target, vocab=vocab, block_size=4, num_layers=2, gamma=2.0)
+    drafter = make(target, vocab=vocab, block_size=4, num_layers=2, gamma=2.0, loss=loss)
     ids = vocab.t2d.nonzero().flatten() if vocab else torch.arange(target.vocab_size)
     head = drafter.lm_head.weight if vocab else target.model.lm_head.weight
     batch = batch_for(target, drafter)
@@ -105,7 +107,7 @@ def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, vocab_size):
             log_q = torch.log_softmax(hidden @ head.T, -1)
             for k in (1, 2, 3):
                 if anchor + k < 20:  # every position from 5 on is loss-masked
-                    ce[k].append(-(p[row, anchor + k - 1] * log_q[k]).sum())
+                    ce[k].append(by_hand_loss(loss, p[row, anchor + k - 1], log_q[k]))
                     hits[k].append(float(ids[log_q[k].argmax()] == best[row, anchor + k - 1]))
         total = sum(torch.exp(torch.tensor(-(k - 1) / 2.0)) * torch.stack(ce[k]).mean() for k in (1, 2, 3))
     torch.testing.assert_close(value, total, rtol=1e-4, atol=1e-5)

@@ -10,6 +10,7 @@ import torch
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, draft_lm
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.decoder import plain_generate, speculative_generate
+from test_losses import by_hand as by_hand_loss
 from tiny import save_target, tiny_target
 
 
@@ -26,7 +27,7 @@ def batch_for(target, drafter, batch=2, length=16, seed=0):
     return {"input_ids": ids, "loss_mask": mask, "attention_mask": torch.ones_like(ids), "features": features}
 
 
-@pytest.mark.parametrize("loss", ["forward_kl", "reverse_kl", "tv"])
+@pytest.mark.parametrize("loss", ["forward_kl", "reverse_kl", "jsd", "tv", "lk", "lk_hybrid"])
 def test_loss_equals_the_definition_computed_by_hand(tiny_llama, loss):
     target = frozen(tiny_llama)
     drafter = draft_lm.create(draft_lm.Config(num_layers=2, loss=loss), target)
@@ -34,8 +35,7 @@ def test_loss_equals_the_definition_computed_by_hand(tiny_llama, loss):
     value, metrics = drafter.loss(batch, target.head)
     q = torch.softmax(drafter.model(batch["input_ids"]).logits[:, 3:-1].float(), -1)  # positions 3..14 predict the learned tokens 4..15
     p = torch.softmax(target.model(batch["input_ids"]).logits[:, 3:-1].float(), -1)
-    expected = {"forward_kl": (p * (p.log() - q.log())).sum(-1), "reverse_kl": (q * (q.log() - p.log())).sum(-1),
-                "tv": 0.5 * (p - q).abs().sum(-1)}[loss].mean()
+    expected = by_hand_loss(loss, p, q.log()).mean()
     torch.testing.assert_close(value, expected, rtol=1e-4, atol=1e-5)
     agreement = (q.argmax(-1) == p.argmax(-1)).float().mean()
     assert metrics["acc_0"] == pytest.approx(float(agreement))
@@ -49,9 +49,9 @@ def test_top_k_distillation_and_data_cross_entropy(tiny_llama):
     log_q = torch.log_softmax(drafter.model(batch["input_ids"]).logits[:, 3:-1].float(), -1)
     top, indices = target.model(batch["input_ids"]).logits[:, 3:-1].float().topk(5, -1)
     p = torch.softmax(top, -1)
-    kl = (p * (p.log() - log_q.gather(-1, indices))).sum(-1)
+    distilled = (p * (p.log() - log_q.gather(-1, indices))).sum(-1)  # forward_kl: KL over the target's top 5
     ce = -log_q.gather(-1, batch["input_ids"][:, 4:, None])[..., 0]
-    torch.testing.assert_close(value, (kl + 0.5 * ce).mean(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(value, (distilled + 0.5 * ce).mean(), rtol=1e-4, atol=1e-5)
 
 
 def test_truncated_init_copies_the_target_and_training_moves_only_the_layers(tiny_llama):
@@ -124,7 +124,7 @@ def test_bad_draft_models_are_refused_naming_the_sizes(tiny_llama, tmp_path):
     folder = save_target(small, tmp_path / "small")
     with pytest.raises(DraftsmithError, match="predicts over 200 tokens.*has 259"):
         draft_lm.load_proposer(folder, target)
-    with pytest.raises(DraftsmithError, match="reverse_kl needs the target's full distribution"):
+    with pytest.raises(DraftsmithError, match="reverse_kl needs the target's whole distribution"):
         draft_lm.Config(loss="reverse_kl", top_k=4).validate()
 
 

@@ -4,6 +4,7 @@ verify-cost curve, lossless greedy decoding with and without the cut, training, 
 import pytest
 import torch
 from test_dflash import batch_for, by_hand, frozen, make, train_with_the_loop
+from test_losses import by_hand as by_hand_loss
 from tiny import tiny_target
 
 from draftsmith import cost
@@ -42,7 +43,7 @@ def test_loss_adds_the_markov_bias_of_the_previous_token_and_the_confidence_bce(
                 log_q = torch.log_softmax(hidden[k] @ target.model.lm_head.weight.T + drafter.markov_w2.weight @ emb, -1)
                 hit = float(log_q.argmax() == p[row, anchor + k - 1].argmax())
                 c = torch.cat([hidden[k], emb]) @ drafter.confidence.weight[0] + drafter.confidence.bias[0]
-                ce[k].append(-(p[row, anchor + k - 1] * log_q).sum())
+                ce[k].append(by_hand_loss("forward_kl", p[row, anchor + k - 1], log_q))
                 bce[k].append(-(hit * torch.log(torch.sigmoid(c)) + (1 - hit) * torch.log(1 - torch.sigmoid(c))))
                 hits[k].append(hit)
         total = sum(torch.exp(torch.tensor(-(k - 1) / 2.0)) * torch.stack(ce[k]).mean()

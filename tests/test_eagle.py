@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_losses import by_hand as by_hand_loss
 
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, kind_module
 from draftsmith.drafters import eagle
@@ -49,13 +50,15 @@ def autoregressive_logits(drafter, head, ids, features, t, steps):
     return logits
 
 
-@pytest.mark.parametrize("arch,variant", [("llama", "eagle3"), ("qwen3", "eagle3"), ("llama", "eagle1")])
-def test_training_time_test_equals_autoregressive_decoding(arch, variant):
+@pytest.mark.parametrize("arch,variant,options", [("llama", "eagle3", {}), ("qwen3", "eagle3", {}), ("llama", "eagle1", {}),
+                                                  ("llama", "eagle3", {"fc_norm": True, "norm_output": True})])
+def test_training_time_test_equals_autoregressive_decoding(arch, variant, options):
+    """(the last case: EAGLE 3.1, a norm per feature layer before fc and final-normed outputs fed forward)"""
     from tiny import tiny_target
 
     target = frozen(tiny_target(arch))
     torch.manual_seed(1)
-    drafter = eagle.create(eagle.Config(variant=variant, ttt_steps=4), target).eval()
+    drafter = eagle.create(eagle.Config(variant=variant, ttt_steps=4, **options), target).eval()
     with torch.no_grad():  # make the norms non-trivial so every piece matters
         for name, p in drafter.named_parameters():
             if "norm" in name:
@@ -249,7 +252,8 @@ def dense_reference_loss(drafter, batch, head):
         n = mask.shape[1] - 2 - j
         counted = mask[:, 2 + j : 2 + j + n]
         logits = drafter.logits(hidden[:, :n], head).float()
-        step = -(target_p[:, 1 + j : 1 + j + n] * torch.log_softmax(logits, -1)).sum(-1)
+        step = by_hand_loss(drafter.config.loss, target_p[:, 1 + j : 1 + j + n], torch.log_softmax(logits, -1),
+                            drafter.config.loss_eta)
         if not drafter.eagle3:
             regression = torch.nn.functional.smooth_l1_loss(
                 hidden[:, :n], last[:, 1 + j : 1 + j + n], reduction="none").mean(-1)
@@ -261,16 +265,18 @@ def dense_reference_loss(drafter, batch, head):
     return total, accuracies
 
 
-def test_loss_at_learned_indices_equals_the_dense_masked_loss(tiny_llama):
+@pytest.mark.parametrize("loss", ["forward_kl", "tv", "lk_hybrid"])
+def test_loss_at_learned_indices_equals_the_dense_masked_loss(tiny_llama, loss):
     """The head and loss run only where the predicted token is learned; loss, gradients and per-step accuracy
-    equal the dense computation over every index with the mask applied afterwards."""
+    equal the dense computation over every index with the mask applied afterwards (each written by hand), for
+    each drafter.loss."""
     target = frozen(tiny_llama)
     scattered = (torch.rand(3, 24, generator=torch.Generator().manual_seed(1)) < 0.5).long()
     answers = torch.zeros(3, 24, dtype=torch.long)
     answers[0, 15:], answers[1, 9:20] = 1, 1  # a prompt, then an answer (row 1: then a second prompt)
-    for drafter, mask in ((eagle.create(eagle.Config(ttt_steps=3), target, draft_vocab(target, 48)), scattered),
-                          (eagle.create(eagle.Config(ttt_steps=3), target, draft_vocab(target, 48)), answers),
-                          (eagle.create(eagle.Config(variant="eagle1"), target), answers)):
+    for drafter, mask in ((eagle.create(eagle.Config(ttt_steps=3, loss=loss), target, draft_vocab(target, 48)), scattered),
+                          (eagle.create(eagle.Config(ttt_steps=3, loss=loss), target, draft_vocab(target, 48)), answers),
+                          (eagle.create(eagle.Config(variant="eagle1", loss=loss), target), answers)):
         drafter.eval()
         batch = make_batch(target, drafter, batch=3, length=24)
         batch["loss_mask"] = mask.clone()

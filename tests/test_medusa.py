@@ -9,6 +9,7 @@ from draftsmith.config import build
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, kind_module, medusa
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.decoder import plain_generate, speculative_generate
+from test_losses import by_hand as by_hand_loss
 from tiny import tiny_target
 
 
@@ -58,9 +59,10 @@ def by_hand(drafter, i, normed):
     return x @ drafter.lm_heads[i].weight.T
 
 
-def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3):
+@pytest.mark.parametrize("loss", ["forward_kl", "reverse_kl", "lk_hybrid"])
+def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, loss):
     target = frozen(tiny_qwen3)
-    drafter = make(target, num_heads=3, num_layers=2)
+    drafter = make(target, num_heads=3, num_layers=2, loss=loss)
     batch = batch_for(target)
     value, metrics = drafter.loss(batch, target.head)
     with torch.no_grad():
@@ -70,8 +72,8 @@ def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3):
         for i in range(3):
             log_q = torch.log_softmax(by_hand(drafter, i, normed), -1)
             n = 16 - 2 - i  # index t predicts x_{t+2+i}, learned from position 4 on: t >= 2 - i
-            ce = -(p[:, 1 + i : 1 + i + n] * log_q[:, :n]).sum(-1)[:, 2 - i :]
-            total = total + 0.8**i * ce.mean()
+            head_loss = by_hand_loss(loss, p[:, 1 + i : 1 + i + n], log_q[:, :n])[:, 2 - i :]
+            total = total + 0.8**i * head_loss.mean()
             hits = (log_q[:, :n].argmax(-1) == p[:, 1 + i : 1 + i + n].argmax(-1))[:, 2 - i :]
             assert metrics[f"acc_{i}"] == pytest.approx(float(hits.float().mean()))
             assert metrics[f"top5_{i}"] >= metrics[f"acc_{i}"]
@@ -259,7 +261,7 @@ def test_medusa2_loss_is_the_heads_on_the_tuned_states_plus_distillation(tiny_qw
         for i in range(2):
             n = 16 - 2 - i
             log_q = torch.log_softmax(by_hand(drafter, i, normed), -1)
-            total = total + 0.8**i * -(p[:, 1 + i : 1 + i + n] * log_q[:, :n]).sum(-1)[:, 2 - i :].mean()
+            total = total + 0.8**i * by_hand_loss("forward_kl", p[:, 1 + i : 1 + i + n], log_q[:, :n])[:, 2 - i :].mean()
     torch.testing.assert_close(value, total, rtol=1e-4, atol=1e-5)
 
 
@@ -392,7 +394,7 @@ def test_heads_over_a_draft_vocabulary_train_on_the_renormalised_target_and_draf
         for i in range(2):
             n = 16 - 2 - i
             log_q = torch.log_softmax(by_hand(drafter, i, normed), -1)
-            total = total + 0.8**i * -(p[:, 1 + i : 1 + i + n] * log_q[:, :n]).sum(-1)[:, 2 - i :].mean()
+            total = total + 0.8**i * by_hand_loss("forward_kl", p[:, 1 + i : 1 + i + n], log_q[:, :n])[:, 2 - i :].mean()
             hits = (ids[log_q[:, :n].argmax(-1)] == logits[:, 1 + i : 1 + i + n].argmax(-1))[:, 2 - i :]  # full argmax
             assert metrics[f"acc_{i}"] == pytest.approx(float(hits.float().mean()))
     torch.testing.assert_close(value, total, rtol=1e-4, atol=1e-5)

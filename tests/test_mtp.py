@@ -11,6 +11,7 @@ from draftsmith.config import build
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, kind_module, mtp
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.decoder import plain_generate, speculative_generate
+from test_losses import by_hand as by_hand_loss
 from tiny import tiny_target
 
 
@@ -53,9 +54,10 @@ def reference_hidden(drafter, target, module, ids, hidden):
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, shared):
+@pytest.mark.parametrize("loss", ["forward_kl", "jsd"])
+def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, shared, loss):
     target = frozen(tiny_qwen3)
-    drafter = make(target, num_modules=3, shared=shared, loss_weight=0.7)
+    drafter = make(target, num_modules=3, shared=shared, loss_weight=0.7, loss=loss)
     batch = batch_for(target)
     value, metrics = drafter.loss(batch, target.head)
     ids = batch["input_ids"]
@@ -70,8 +72,8 @@ def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, shared):
             hidden = reference_hidden(drafter, target, drafter.module(k), shifted, hidden)
             log_q = torch.log_softmax(target.model.lm_head(hidden).float(), -1)
             n = ids.shape[1] - k - 1  # index t predicts x_{t+k+1}, learned from position 4 on
-            ce = -(p[:, k : k + n] * log_q[:, :n]).sum(-1)[:, 4 - k - 1 :]
-            total = total + ce.mean()
+            step_loss = by_hand_loss(loss, p[:, k : k + n], log_q[:, :n])[:, 4 - k - 1 :]
+            total = total + step_loss.mean()
             agreement = (log_q[:, :n].argmax(-1) == p[:, k : k + n].argmax(-1))[:, 4 - k - 1 :].float().mean()
             assert metrics[f"acc_{k - 1}"] == pytest.approx(float(agreement))
     torch.testing.assert_close(value, 0.7 / 3 * total, rtol=1e-4, atol=1e-5)

@@ -25,15 +25,13 @@ pytest.importorskip("speculators", reason="the parity harness needs `pip install
 STEPS = 3
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def export_eagle3(root, **options):
     """A tiny Llama target saved as a folder (the export's verifier), an EAGLE-3 drafter with weights unlike
-    its initialisation for it, and that drafter's speculators export."""
-    root = tmp_path_factory.mktemp("parity")
+    its initialisation for it (`options`: its Config's), that drafter's speculators export, and sequences."""
     target = tiny_target("llama")
     target.name = save_target(target, root / "target")
     torch.manual_seed(0)
-    drafter = eagle.create(eagle.Config(ttt_steps=STEPS), target, draft_vocab())
+    drafter = eagle.create(eagle.Config(ttt_steps=STEPS, **options), target, draft_vocab())
     with torch.no_grad():
         for parameter in drafter.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.05)
@@ -41,6 +39,11 @@ def exported(tmp_path_factory):
     out = ex.export(root / "best", "speculators", root / "export", verifier=target.name)
     sequences = torch.randint(0, target.vocab_size, (3, 24), generator=torch.Generator().manual_seed(1))
     return target, drafter, out, sequences
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return export_eagle3(tmp_path_factory.mktemp("parity"))
 
 
 def parity(target, drafter, folder, sequences) -> list[dict]:
@@ -95,6 +98,31 @@ def test_include_embedding_stores_the_targets_embedding_and_the_library_computes
     with pytest.raises(ex.DraftsmithError, match="--include-embedding is for --format speculators"):
         ex.export(out.parent / "best", "sglang", tmp_path / "sg", verifier=target.name, include_embedding=True)
 
+
+
+@pytest.fixture(scope="module")
+def exported31(tmp_path_factory):
+    """As `exported`, for an EAGLE 3.1 drafter (a norm per feature layer before fc, final-normed outputs fed on)."""
+    return export_eagle3(tmp_path_factory.mktemp("parity31"), fc_norm=True, norm_output=True)
+
+
+def test_speculators_computes_our_eagle31_export_exactly(exported31, tmp_path):
+    target, drafter, out, sequences = exported31
+    config = json.loads((out / "config.json").read_text())
+    assert config["fc_norm"] is True and config["norm_output"] is True
+    assert {f"fc_norm.{i}.weight" for i in range(3)} <= set(load_file(str(out / "model.safetensors")))
+    results = parity(*exported31)
+    assert all(r["argmax_agreement"] == 1.0 and r["max_abs_difference"] < 1e-3 for r in results), results
+    with pytest.raises(ex.DraftsmithError, match="EAGLE 3.1"):
+        ex.export(out.parent / "best", "sglang", tmp_path / "sg", verifier=target.name)
+
+
+@pytest.mark.parametrize("flag", ["fc_norm", "norm_output"])
+def test_an_eagle31_export_read_without_either_flag_fails_the_harness(exported31, tmp_path, flag):
+    target, drafter, out, sequences = exported31
+    rewrite_config(out, tmp_path / flag, lambda c: c.update({flag: False}))
+    results = parity(target, drafter, tmp_path / flag, sequences)
+    assert max(r["max_abs_difference"] for r in results) > 1e-2
 
 # --------------------------------------------------------------------------- DFlash (speculators `dflash` layout)
 ANCHORS = [2, 7, 11]

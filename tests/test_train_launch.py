@@ -45,6 +45,13 @@ def run(recipe: Path, overrides: list[str], launch_config: str | None = None, ti
     return done
 
 
+def crash_copy(straight: Path, crashed: Path, checkpoint: int, last: int) -> None:
+    """`crashed`: the finished run `straight` as a crash right after checkpoint-`checkpoint` left it."""
+    shutil.copytree(straight, crashed)
+    shutil.rmtree(crashed / f"checkpoint-{last}")
+    (crashed / "latest").write_text(f"checkpoint-{checkpoint}\n")
+
+
 def losses(output_dir: Path) -> list[float]:
     log = read_log(output_dir)
     assert [r["step"] for r in log] == list(range(1, len(log) + 1))
@@ -90,9 +97,7 @@ def test_medusa2_resumes_exactly_with_its_adapters_and_two_learning_rates(assets
     recipe = write_recipe(tmp_path / "recipe.yaml", config)
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
     run(recipe, [f"output_dir={straight}"])
-    shutil.copytree(straight, crashed)
-    shutil.rmtree(crashed / "checkpoint-4")
-    (crashed / "latest").write_text("checkpoint-2\n")
+    crash_copy(straight, crashed, 2, 4)
     done = run(recipe, [f"output_dir={crashed}", "resume=true"])
     assert "(step 2)" in done.stdout
     assert losses(crashed) == losses(straight) and len(losses(straight)) == 4
@@ -145,9 +150,18 @@ def test_deepspeed_zero2_resumes_exactly_from_its_own_checkpoint(assets, tmp_pat
                                                                   keep_checkpoints=0))
     straight, rewound = tmp_path / "straight", tmp_path / "rewound"
     run(recipe, [f"output_dir={straight}"], launch_config="cpu-zero2.yaml")
-    # a crash right after checkpoint-3: the sharded optimizer state and per-process RNG come back from it
-    shutil.copytree(straight, rewound)
-    shutil.rmtree(rewound / "checkpoint-6")
-    (rewound / "latest").write_text("checkpoint-3\n")
+    crash_copy(straight, rewound, 3, 6)  # the sharded optimizer state and per-process RNG come back from it
     run(recipe, [f"output_dir={rewound}", "resume=true"], launch_config="cpu-zero2.yaml")
     assert losses(rewound) == losses(straight)
+
+
+def test_muon_under_ddp_resumes_exactly(assets, tmp_path):
+    """train.optimizer=muon over two processes: a crash after checkpoint-2 resumes into the straight run's losses,
+    Muon's momentum and AdamW's moments both restored on every process."""
+    recipe = write_recipe(tmp_path / "recipe.yaml", recipe_dict(assets, max_steps=4, checkpoint_every=2,
+                                                                  keep_checkpoints=0, optimizer="muon"))
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    run(recipe, [f"output_dir={straight}"], launch_config="cpu-ddp.yaml")
+    crash_copy(straight, crashed, 2, 4)
+    run(recipe, [f"output_dir={crashed}", "resume=true"], launch_config="cpu-ddp.yaml")
+    assert losses(crashed) == losses(straight) and len(losses(straight)) == 4

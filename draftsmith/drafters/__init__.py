@@ -113,6 +113,13 @@ def kind_module(kind: str):
 
 
 # --------------------------------------------------------------------------- what every trained kind shares
+def shared_prefix(cached: torch.Tensor, tokens: torch.Tensor) -> int:
+    """How many leading tokens of 1-D `cached` and `tokens` are equal: how much of a proposer's cache, made for the
+    tokens it saw, still holds for the tokens committed now."""
+    common = min(cached.numel(), tokens.numel())
+    return int(torch.cumprod((cached[:common] == tokens[:common]).long(), 0).sum()) if common else 0
+
+
 def predicting_positions(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(batch rows, positions) s whose next token x_{s+1} is learned (loss_mask[s+1] = 1): where the target's
     distribution is needed as a training label."""

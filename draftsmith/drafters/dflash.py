@@ -44,12 +44,13 @@ from draftsmith.config import build
 from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import check_target, load_attached, read_folder, save_folder, soft_labels, target_info
 from draftsmith.drafters.dflash_layers import Layer, block_attention_mask, flex_block_mask
+from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.drafters.dflash_proposer import DFlashProposer
 from draftsmith.errors import DraftsmithError
 
 
 @dataclass
-class Config:
+class Config(LossOptions):
     """Options of the DFlash drafter."""
 
     block_size: int = 8
@@ -81,6 +82,7 @@ class Config:
     the same loss) or auto: flex on CUDA, sdpa on a CPU (torch has no flex_attention backward on CPUs)"""
 
     def validate(self) -> None:
+        self.validate_loss()
         if self.block_size < 2:
             raise DraftsmithError(f"drafter.block_size must be at least 2, got {self.block_size}.")
         if self.num_layers < 1:
@@ -276,10 +278,10 @@ class Drafter(nn.Module):
             log_q = torch.log_softmax(logits, -1)
             with torch.no_grad():  # over a draft vocabulary: the target's distribution renormalised over its rows
                 p, best = soft_labels(target_head, last[rows[0], label_at[rows] - 1], self.draft_ids)
-            ce = -(p * log_q).sum(-1).mean()
-            total = total + weight * ce
+            position_loss = distribution_loss(self.config.loss, log_q, p, eta=self.config.loss_eta).mean()
+            total = total + weight * position_loss
             matched = (self.to_target(log_q.argmax(-1)) == best).float()
-            metrics[f"loss_{k - 1}"] = float(ce.detach())
+            metrics[f"loss_{k - 1}"] = float(position_loss.detach())
             metrics[f"acc_{k - 1}"] = float(matched.mean())
             if self.dspark:
                 bce = F.binary_cross_entropy_with_logits(confidence, matched)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from draftsmith.cost import CutsDrafts
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, shared_prefix
 from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
@@ -57,8 +57,7 @@ class DFlashProposer(CutsDrafts):
     def _catch_up(self, state: DecodeState) -> None:
         """Keep the cached context positions whose tokens still match, add those committed since (< T-1)."""
         tokens = state.tokens[0].cpu()
-        common = min(self.cached.numel(), tokens.numel())
-        same = int(torch.cumprod((self.cached[:common] == tokens[:common]).long(), 0).sum())
+        same = shared_prefix(self.cached, tokens)
         have = 0 if self.context is None else self.context[0][0].shape[2]
         keep, end = min(have, same), tokens.numel() - 1  # the feature at j depends on tokens 0..j
         new = self.drafter.context_kv(state.features, keep, end)

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache
 
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, predicting_positions
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, predicting_positions, shared_prefix
+from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree, tree_attention_mask
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
@@ -38,7 +39,7 @@ META_KEYS = ("draftsmith_kind", "draftsmith_config", "target_name", "target_fing
 
 
 @dataclass
-class Config:
+class Config(LossOptions):
     """Options of the distilled draft LM."""
 
     init: Literal["truncated", "fresh"] = "truncated"
@@ -56,9 +57,6 @@ class Config:
     """fresh: key/value heads (default the target's)"""
     freeze_embeddings: bool = True
     """keep the embedding and lm_head frozen at the target's (they are most of a small draft model's weights)"""
-    loss: Literal["forward_kl", "reverse_kl", "tv"] = "forward_kl"
-    """distillation loss against the target's distribution: KL(p||q), KL(q||p) or total variation (what
-    acceptance depends on)"""
     top_k: int = 0
     """distil on the target's top-k logits only, renormalised (0 = the full distribution; stored top-k
     logits of offline shards are used when the batch has them)"""
@@ -70,9 +68,7 @@ class Config:
             raise DraftsmithError(f"drafter.num_layers must be at least 1, got {self.num_layers}.")
         if self.top_k < 0 or self.ce_weight < 0:
             raise DraftsmithError("drafter.top_k and drafter.ce_weight must be >= 0.")
-        if self.top_k and self.loss == "reverse_kl":
-            raise DraftsmithError("drafter.loss=reverse_kl needs the target's full distribution (log p of every "
-                                  "token the draft proposes); set drafter.top_k=0 or use forward_kl / tv.")
+        self.validate_loss(sparse_labels=bool(self.top_k))
 
 
 # --------------------------------------------------------------------------- the trained drafter
@@ -101,7 +97,7 @@ class Drafter(nn.Module):
         log_q = torch.log_softmax(draft_logits, -1)
         with torch.no_grad():
             indices, log_p = self._target(batch, rows, target_head)
-        loss = _distillation(self.config.loss, log_q, indices, log_p)
+        loss = distribution_loss(self.config.loss, log_q, log_p.exp(), indices, self.config.loss_eta)
         if self.config.ce_weight:
             labels = batch["input_ids"][:, 1:][rows[0], rows[1]]
             loss = loss + self.config.ce_weight * F.cross_entropy(draft_logits, labels, reduction="none")
@@ -162,19 +158,6 @@ class Drafter(nn.Module):
         from draftsmith.target import Target
 
         return DraftLM(Target(self.model, self.tokenizer, name="draft-lm"), target.vocab_size, generator)
-
-
-def _distillation(kind: str, log_q: torch.Tensor, indices: torch.Tensor | None, log_p: torch.Tensor) -> torch.Tensor:
-    """Per-position loss between the draft (log q over the vocabulary) and the target (log p over `indices`,
-    or the vocabulary when None; p is zero outside `indices`)."""
-    log_q_on = log_q if indices is None else log_q.gather(-1, indices)
-    p = log_p.exp()
-    if kind == "forward_kl":
-        return (p * (log_p - log_q_on)).sum(-1)
-    if kind == "reverse_kl":  # only with the full distribution (Config.validate)
-        return (log_q.exp() * (log_q - log_p)).sum(-1)
-    q_on = log_q_on.exp()  # total variation: the mass q puts outside `indices` counts in full
-    return 0.5 * ((p - q_on).abs().sum(-1) + (1 - q_on.sum(-1)).clamp(min=0))
 
 
 # --------------------------------------------------------------------------- building
@@ -281,8 +264,7 @@ class DraftLM:
 
     def _rollback(self, tokens: torch.Tensor) -> int:
         """Crop the cache to the longest prefix shared with `tokens` (leaving ≥ 1 token to feed)."""
-        length = min(self.cached.numel(), tokens.numel() - 1)
-        same = int(torch.cumprod((self.cached[:length] == tokens[:length]).long(), 0).sum()) if length else 0
+        same = shared_prefix(self.cached, tokens[:-1])
         if self.cached.numel() > same:
             self.cache.crop(-(self.cached.numel() - same))
         self.cached = tokens[:same]

@@ -37,11 +37,12 @@ from draftsmith.drafters import (
 )
 from draftsmith.drafters.eagle_layers import DraftLayer, grouped_query_attention, ttt_attention
 from draftsmith.drafters.eagle_proposer import EagleProposer
+from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.errors import DraftsmithError
 
 
 @dataclass
-class Config:
+class Config(LossOptions):
     """Options of the EAGLE drafter."""
 
     variant: Literal["eagle3", "eagle1"] = "eagle3"
@@ -56,6 +57,12 @@ class Config:
     """MLP width of the draft layer; default the target's"""
     norm_before_residual: bool = False
     """eagle3: take the residual from the normed hidden instead of the raw one"""
+    fc_norm: bool = False
+    """eagle3: an RMSNorm on each target feature layer before fc, fc(norm_a(low), norm_b(mid), norm_c(high))
+    (EAGLE 3.1, with norm_output; speculators' fc_norm)"""
+    norm_output: bool = False
+    """eagle3: each step's output goes through the final norm before it feeds the next step and the head, so its
+    size does not drift over the steps (EAGLE 3.1, with fc_norm; speculators' norm_output)"""
     init_head_from_target: bool = False
     """eagle3: start lm_head from the target's lm_head rows of the draft vocabulary (final-norm scale folded in)"""
     feature_noise: float = 0.1
@@ -68,8 +75,11 @@ class Config:
     the vocabulary beyond the top k counts as zero)"""
 
     def validate(self) -> None:
+        self.validate_loss(sparse_labels=self.labels == "topk")
         if self.ttt_steps is not None and self.ttt_steps < 1:
             raise DraftsmithError(f"eagle: ttt_steps must be at least 1, got {self.ttt_steps}.")
+        if self.variant != "eagle3" and (self.fc_norm or self.norm_output):
+            raise DraftsmithError("eagle: fc_norm and norm_output (EAGLE 3.1) are options of the eagle3 variant.")
         if self.layers is not None and self.variant == "eagle3" and len(self.layers) != 3:
             raise DraftsmithError(f"eagle3 fuses three feature layers; got layers={self.layers}.")
 
@@ -96,6 +106,9 @@ class Drafter(nn.Module):
         if self.eagle3:
             self.norm = LlamaRMSNorm(H, eps=layer_config.rms_norm_eps)
             self.lm_head = nn.Linear(H, N, bias=False)
+        if config.fc_norm:  # one per feature layer, over the target's hidden size
+            self.fc_norm = nn.ModuleList([LlamaRMSNorm(layer_config.target_hidden_size, eps=layer_config.rms_norm_eps)
+                                          for _ in range(3)])
         self.register_buffer("d2t", torch.zeros(N, dtype=torch.long))
         self.register_buffer("t2d", torch.ones(V, dtype=torch.bool))
 
@@ -128,8 +141,16 @@ class Drafter(nn.Module):
     # ---- pieces shared by training and decoding
     def fuse(self, features: dict[int, torch.Tensor]) -> torch.Tensor:
         """Step-0 hidden from target features: fc(low, mid, high) for EAGLE-3, the top feature for EAGLE-1."""
-        inputs = torch.cat([features[layer].to(self.fc.weight.dtype) for layer in self.config.layers], dim=-1)
+        inputs = [features[layer].to(self.fc.weight.dtype) for layer in self.config.layers]
+        if self.config.fc_norm:
+            inputs = [norm(x) for norm, x in zip(self.fc_norm, inputs)]
+        inputs = torch.cat(inputs, dim=-1)
         return self.fc(inputs) if self.eagle3 else inputs
+
+    def finish(self, attention: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """A step's output hidden (the layer's output; final-normed with norm_output), what the next step reads."""
+        hidden = self.layers[0].finish(attention, residual)
+        return self.norm(hidden) if self.config.norm_output else hidden
 
     def project(self, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor):
         """Layer inputs for tokens `ids` [B, n] and hidden [B, n, H] at `positions` [B, n]: (q, k, v, residual)."""
@@ -140,7 +161,9 @@ class Drafter(nn.Module):
 
     def logits(self, hidden: torch.Tensor, target_head) -> torch.Tensor:
         """Draft logits: over the draft vocabulary (EAGLE-3) or the target's (EAGLE-1, target head)."""
-        return self.lm_head(self.norm(hidden)) if self.eagle3 else target_head(hidden)
+        if not self.eagle3:
+            return target_head(hidden)
+        return self.lm_head(hidden if self.config.norm_output else self.norm(hidden))
 
     def step(self, ids, hidden, positions, past=None, mask=None, causal: bool = False):
         """One cached pass over n inputs attending to `past` (keys, values) and themselves, as `mask`
@@ -154,7 +177,7 @@ class Drafter(nn.Module):
             attention = F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=True)
         else:
             attention = grouped_query_attention(q, keys, values, mask)
-        return self.layers[0].finish(attention, residual), (keys, values)
+        return self.finish(attention, residual), (keys, values)
 
     # ---- training
     def ttt_forward(self, input_ids, features, attention_mask=None, steps=None, at=None) -> list[torch.Tensor]:
@@ -189,7 +212,7 @@ class Drafter(nn.Module):
                 q, k, v, residual = self.project(ahead.gather(1, at), hidden, at + j)
             keys.append(repeat_kv(k, groups))
             values.append(repeat_kv(v, groups))
-            hidden = self.layers[0].finish(ttt_attention(q, keys, values, sees), residual)
+            hidden = self.finish(ttt_attention(q, keys, values, sees), residual)
             outputs.append(hidden)
         return outputs
 
@@ -220,7 +243,8 @@ class Drafter(nn.Module):
             seen = at[rows, slots] + 1 + j  # the target's position t+1+j, whose distribution is learned
             label = label_of[rows, seen]
             logits = self.logits(hidden[rows, slots], target_head).float()
-            step_loss = -(target_p[label] * torch.log_softmax(logits, -1)).sum(-1)
+            step_loss = distribution_loss(self.config.loss, torch.log_softmax(logits, -1), target_p[label],
+                                          eta=self.config.loss_eta)
             if not self.eagle3:
                 regression = F.smooth_l1_loss(hidden[rows, slots].float(), last[rows, seen].float(),
                                               reduction="none").mean(-1)

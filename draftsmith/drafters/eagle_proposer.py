@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from draftsmith.cost import OPEN_CHAIN_REACH, CutsDrafts
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, shared_prefix
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
@@ -59,8 +59,7 @@ class EagleProposer(CutsDrafts):
         length = tokens.numel()
         if length < 2:
             raise DraftsmithError("The EAGLE drafter needs two committed tokens (one target feature) to draft.")
-        common = min(self.cached.numel(), length)
-        same = int(torch.cumprod((self.cached[:common] == tokens[:common]).long(), 0).sum())
+        same = shared_prefix(self.cached, tokens)
         keep = max(0, min(same - 1, length - 2, 0 if self.past is None else self.past[0].shape[2]))
         device = self.drafter.d2t.device
         features = {layer: state.features[layer][:, keep : length - 1].to(device) for layer in self.required_layers}

@@ -41,6 +41,7 @@ from draftsmith.drafters import (
     soft_labels, target_info,
 )
 from draftsmith.drafters.tree import dynamic_tree
+from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
 from draftsmith.target import Target
@@ -48,7 +49,7 @@ from draftsmith.target import Target
 
 
 @dataclass
-class Config:
+class Config(LossOptions):
     """Options of the Medusa-1 heads."""
 
     num_heads: int = 4
@@ -79,6 +80,7 @@ class Config:
     cost (the target's t(n) curve, measured when the drafter is loaded); false: always min(length, heads) tokens"""
 
     def validate(self) -> None:
+        self.validate_loss()
         if self.num_heads < 1:
             raise DraftsmithError(f"drafter.num_heads must be at least 1, got {self.num_heads}.")
         if self.tree_nodes < self.num_heads:
@@ -202,7 +204,7 @@ class Drafter(nn.Module):
             log_q = torch.log_softmax(logits, -1)
             label_rows = row_of[rows[0], rows[1] + 1 + i]
             p, best = all_p[label_rows], all_best[label_rows]
-            head_loss = -(p * log_q).sum(-1).mean()
+            head_loss = distribution_loss(self.config.loss, log_q, p, eta=self.config.loss_eta).mean()
             total = total + self.config.step_weight**i * head_loss
             ranked = log_q.topk(min(k, log_q.shape[-1]), -1).indices
             if self.token_map is not None:

@@ -28,8 +28,10 @@ from transformers import AutoConfig, DynamicCache
 from draftsmith.config import build
 from draftsmith.cost import OPEN_CHAIN_REACH, CutsDrafts
 from draftsmith.drafters import (
-    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
+    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, shared_prefix,
+    target_info,
 )
+from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
@@ -37,7 +39,7 @@ from draftsmith.sampling import target_probs
 
 
 @dataclass
-class Config:
+class Config(LossOptions):
     """Options of the MTP drafter."""
 
     num_modules: int = 3
@@ -50,6 +52,7 @@ class Config:
     """lambda: loss = lambda / D * sum_k CE_k"""
 
     def validate(self) -> None:
+        self.validate_loss()
         if self.num_modules < 1:
             raise DraftsmithError(f"drafter.num_modules must be at least 1, got {self.num_modules}.")
         if self.loss_weight <= 0:
@@ -195,7 +198,7 @@ class Drafter(nn.Module):
             log_q = torch.log_softmax(self.logits(hidden[rows]), -1)
             with torch.no_grad():
                 p = torch.softmax(target_head(last[rows[0], rows[1] + step]).float(), -1)
-            step_loss = -(p * log_q).sum(-1).mean()
+            step_loss = distribution_loss(self.config.loss, log_q, p, eta=self.config.loss_eta).mean()
             total = total + step_loss
             metrics[f"loss_{j}"] = float(step_loss.detach())
             metrics[f"acc_{j}"] = float((log_q.argmax(-1) == p.argmax(-1)).float().mean())
@@ -288,8 +291,7 @@ class MTPProposer(CutsDrafts):
         length = tokens.numel()
         if length < 2:
             raise DraftsmithError("The MTP drafter needs two committed tokens (one target feature) to draft.")
-        common = min(self.cached.numel(), length)
-        same = int(torch.cumprod((self.cached[:common] == tokens[:common]).long(), 0).sum())
+        same = shared_prefix(self.cached, tokens)
         device = self.drafter.mtp_modules[0].input_proj.weight.device
         hidden = self.drafter.normed(state.features[self.drafter.last_layer].to(device))  # h^0 at 0..T-2
         for step in range(1, steps + 1):

@@ -79,6 +79,7 @@ class Expected:
 SPECULATORS_KEYS = {"speculators_model_type", "architectures", "draft_vocab_size", "target_hidden_size",
                     "eagle_aux_hidden_state_layer_ids", "norm_before_residual", "transformer_layer_config",
                     "speculators_config"}
+SPECULATORS_OPTIONAL_KEYS = {"fc_norm", "norm_output"}  # EAGLE 3.1's flags, written when true
 SGLANG_EXTRA_KEYS = {"draft_vocab_size", "target_hidden_size", "eagle_config"}
 WEIGHT_FILES = {"config.json", "model.safetensors"}
 CARD_FILES = {"README.md"}
@@ -151,7 +152,7 @@ def _check_unknown(keys, allowed: set[str], where: str, problems: Problems) -> N
 
 
 def _check_speculators_config(config: dict, problems: Problems) -> dict:
-    _check_unknown(config, SPECULATORS_KEYS, "config.json", problems)
+    _check_unknown(config, SPECULATORS_KEYS | SPECULATORS_OPTIONAL_KEYS, "config.json", problems)
     for key in sorted(SPECULATORS_KEYS):
         problems.need(key in config, f"config.json has no '{key}'")
     problems.need(isinstance(config.get("norm_before_residual"), bool),
@@ -261,6 +262,7 @@ def _expected_shapes(fmt: str, config: dict, layer: dict) -> dict[str, tuple[int
         "lm_head.weight": (draft_vocab, hidden),
         "d2t": (draft_vocab,),
         "t2d": (vocab,),
+        **({f"fc_norm.{i}.weight": (target_hidden,) for i in range(3)} if config.get("fc_norm") else {}),
     }
 
 

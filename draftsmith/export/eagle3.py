@@ -92,6 +92,11 @@ class Eagle3Checkpoint:
     def norm_before_residual(self) -> bool:
         return bool(self.options.get("norm_before_residual", False))
 
+    @property
+    def eagle31(self) -> dict[str, bool]:
+        """EAGLE 3.1's two flags (fc_norm, norm_output), as the checkpoint trained them."""
+        return {key: bool(self.options.get(key, False)) for key in EAGLE31_OPTIONS}
+
     def layer_config(self) -> dict:
         """The draft decoder layer as a full LlamaConfig dict (what both engines build their layer from)."""
         from transformers import LlamaConfig
@@ -166,6 +171,7 @@ def speculators_config(ckpt: Eagle3Checkpoint, speculative_tokens: int) -> dict:
         "eagle_aux_hidden_state_layer_ids": to_format_layer_ids("speculators", ckpt.target_layers),
         # vLLM defaults this to True when absent; always write it.
         "norm_before_residual": ckpt.norm_before_residual,
+        **{key: True for key, on in ckpt.eagle31.items() if on},  # EAGLE 3.1: the library reads both flags
         "transformer_layer_config": ckpt.layer_config(),
         "speculators_config": {
             "algorithm": "eagle3",
@@ -190,6 +196,11 @@ def sglang_config(ckpt: Eagle3Checkpoint, speculative_tokens: int) -> dict:
             "does not implement (it would load and silently compute something else). Export it with "
             "--format speculators for vLLM instead."
         )
+    if any(ckpt.eagle31.values()):
+        raise DraftsmithError(
+            "This drafter was trained as EAGLE 3.1 (drafter.fc_norm / norm_output), which SGLang's EAGLE-3 layer "
+            "does not compute (it would load without the norms and draft something else). Export it with "
+            "--format speculators.")
     if ckpt.target_layers[0] != SGLANG_FIRST_LAYER:
         raise DraftsmithError(
             f"This drafter reads target layers {ckpt.target_layers}. SGLang versions before and after "
@@ -245,10 +256,10 @@ def write_format(ckpt: Eagle3Checkpoint, fmt: str, folder: Path, speculative_tok
 
 
 # --------------------------------------------------------------------------- reading exports back
-UNSUPPORTED_OPTIONS = {"norm_before_fc": "an RMSNorm on the fused features before fc",
-                       "fc_norm": "an RMSNorm per feature layer before fc (EAGLE 3.1)",
-                       "norm_output": "post-norm hiddens fed back across steps (EAGLE 3.1)"}
+UNSUPPORTED_OPTIONS = {"norm_before_fc": "an RMSNorm on the fused features before fc"}
 """speculators EAGLE-3 options draftsmith's drafter does not compute, with what each one adds"""
+EAGLE31_OPTIONS = ("fc_norm", "norm_output")
+"""speculators EAGLE-3 options of EAGLE 3.1, which draftsmith's drafter computes (drafter.fc_norm, norm_output)"""
 
 
 def to_checkpoint(folder: str | Path) -> tuple[str, dict, dict[str, torch.Tensor]]:
@@ -295,7 +306,8 @@ def from_format(config: dict, tensors: dict[str, torch.Tensor]) -> tuple[str, di
     meta = {
         "draftsmith_kind": "eagle",
         "config": {"variant": "eagle3", "layers": from_format_layer_ids(fmt, ids),
-                   "norm_before_residual": bool(config.get("norm_before_residual", False))},
+                   "norm_before_residual": bool(config.get("norm_before_residual", False)),
+                   **{key: bool(config.get(key, False)) for key in EAGLE31_OPTIONS}},
         "transformer_layer_config": layer,
         "target_name": verifier.get("name_or_path"),
         "target_architectures": verifier.get("architectures", []),
@@ -348,7 +360,7 @@ def check_round_trip(ckpt: Eagle3Checkpoint, folder: Path, embedding: torch.Tens
     problems.need((stored is None) == (embedding is None) and (embedding is None or torch.equal(stored, embedding)),
                   "embed_tokens.weight is not the target's embedding" if embedding is not None else
                   "embed_tokens.weight was written without --include-embedding")
-    for key in ("variant", "layers", "norm_before_residual"):
+    for key in ("variant", "layers", "norm_before_residual", *EAGLE31_OPTIONS):
         problems.need(meta["config"][key] == ckpt.options.get(key, False),
                       f"config.{key} reads back as {meta['config'][key]!r}, the checkpoint has {ckpt.options.get(key)!r}")
     back = meta["transformer_layer_config"]

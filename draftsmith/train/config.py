@@ -87,7 +87,8 @@ class DataSection:
 
 @dataclass
 class OptimSection:
-    """Optimisation: AdamW, linear warmup then cosine decay, clipping, accumulation, seeds."""
+    """Optimisation: AdamW (or Muon for the matrices), linear warmup then cosine decay, clipping, accumulation,
+    seeds."""
 
     max_steps: int = 1000
     """optimizer steps to train for"""
@@ -96,8 +97,21 @@ class OptimSection:
     0 = none): the step that spends it is the last, validated and checkpointed as max_steps would be. The learning
     rate's cosine then follows whichever of steps and minutes is further along, so it reaches its low end by the
     budget on a machine slower than max_steps was set for"""
+    optimizer: Literal["adamw", "muon"] = "adamw"
+    """adamw: AdamW over every trainable parameter; muon: torch.optim.Muon over the drafter's weight matrices
+    (not embeddings, vocabulary heads, norms or biases, which stay with AdamW), on one process or under DDP (not
+    yet under DeepSpeed or FSDP). Both follow the same warmup and cosine"""
     lr: float = 3e-4
     """peak learning rate of AdamW"""
+    muon_lr: float = 0.0
+    """optimizer=muon: peak learning rate of the Muon matrices (0 = lr; with muon_adjust_lr_fn=match_rms_adamw
+    Muon's update is scaled to AdamW's size, so the same rate fits)"""
+    muon_momentum: float = 0.95
+    """optimizer=muon: Muon's (Nesterov) momentum"""
+    muon_weight_decay: float = 0.0
+    """optimizer=muon: Muon's decoupled weight decay on its matrices"""
+    muon_adjust_lr_fn: Literal["original", "match_rms_adamw"] = "match_rms_adamw"
+    """optimizer=muon: how Muon scales its orthogonalised update per matrix shape (torch.optim.Muon)"""
     warmup_steps: int = 50
     """steps of linear warmup from 0 to lr"""
     min_lr_ratio: float = 0.1

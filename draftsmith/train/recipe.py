@@ -26,6 +26,7 @@ from draftsmith.train import checkpoint
 from draftsmith.train.builders import DrafterLoss, broadcast, build_accelerator, flatten, to_device, warmup_cosine
 from draftsmith.train.config import TrainConfig, drafter_config
 from draftsmith.train.data import SampleOrder, TrainingData, build_training_data, micro_batch_index
+from draftsmith.train.optimizers import build_optimizer
 from draftsmith.train.validate import decode_acceptance_length, implied_acceptance_length, step_accuracies
 
 LOG_FILE = "metrics.jsonl"
@@ -152,20 +153,15 @@ class TrainRecipe:
         cfg = self.config.train
         trainable = [(n.removeprefix("drafter."), p) for n, p in self.model.named_parameters() if p.requires_grad]
         lr_scale = getattr(self.model.drafter, "lr_scale", lambda name: 1.0)  # a kind may give parts their own rate
-        groups: dict[tuple[bool, float], list] = {}
-        for decay in (True, False):  # weight decay on matrices only
-            for name, parameter in trainable:
-                if (parameter.ndim >= 2) == decay:
-                    groups.setdefault((decay, lr_scale(name)), []).append(parameter)
-        # One fused kernel over every parameter (bench/train_step_profile.py: 3x faster than torch's per-tensor
+        # One fused AdamW kernel over every parameter (bench/train_step_profile.py: 3x faster than torch's per-tensor
         # loop for the EAGLE-3 drafter on 2 CPU cores); FSDP and DeepSpeed bring their own optimizer step.
         from accelerate.utils import DistributedType
 
-        fused = self.accelerator.device.type in ("cpu", "cuda") and self.accelerator.distributed_type not in (
-            DistributedType.FSDP, DistributedType.DEEPSPEED)
-        optimizer = torch.optim.AdamW(
-            [{"params": params, "lr": cfg.lr * scale, "weight_decay": cfg.weight_decay if decay else 0.0}
-             for (decay, scale), params in groups.items()], lr=cfg.lr, betas=tuple(cfg.betas), fused=fused or None)
+        kind = self.accelerator.distributed_type
+        fused = self.accelerator.device.type in ("cpu", "cuda") and kind not in (DistributedType.FSDP,
+                                                                                 DistributedType.DEEPSPEED)
+        sharded = {DistributedType.DEEPSPEED: "DeepSpeed ZeRO", DistributedType.FSDP: "FSDP"}.get(kind)
+        optimizer = build_optimizer(trainable, cfg, lr_scale, fused, sharded_by=sharded)
         # the share of train.max_minutes spent, as every process agrees on it (`_out_of_time`): the same rate everywhere
         budget_spent = (lambda: self.budget_share) if cfg.max_minutes else None
         schedule = warmup_cosine(cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio, budget_spent)

@@ -1,0 +1,112 @@
+"""train.optimizer: Muon takes the drafter's weight matrices and AdamW the rest, both as one optimizer that a
+scheduler moves and a checkpoint restores exactly; a Muon run learns and resumes bit for bit; launchers that shard
+the optimizer (ZeRO, FSDP) are refused."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+from test_train import make_recipe, memory_data, read_log, required_layers, reset_accelerate_state
+from tiny import tiny_target
+
+from draftsmith.config import load
+from draftsmith.drafters import dflash, eagle
+from draftsmith.errors import DraftsmithError
+from draftsmith.train.config import TrainConfig
+from draftsmith.train.optimizers import MuonWithAdamW, build_optimizer, takes_muon
+from draftsmith.train.recipe import TrainRecipe
+
+
+def options(**changes) -> SimpleNamespace:
+    values = {"optimizer": "muon", "lr": 1e-2, "betas": [0.9, 0.95], "weight_decay": 0.0, "muon_lr": 0.0,
+              "muon_momentum": 0.95, "muon_weight_decay": 0.0, "muon_adjust_lr_fn": "match_rms_adamw"}
+    return SimpleNamespace(**{**values, **changes})
+
+
+def test_muon_takes_the_weight_matrices_and_adamw_the_heads_norms_and_biases():
+    target = tiny_target("qwen3")
+    drafter = eagle.create(eagle.Config(), target)
+    muon = {name for name, p in drafter.named_parameters() if p.requires_grad and takes_muon(name, p)}
+    assert "fc.weight" in muon and any(".self_attn.q_proj." in n for n in muon) and any(".mlp." in n for n in muon)
+    assert not any("lm_head" in n or "norm" in n for n in muon)
+    spark = dflash.create(dflash.Config(variant="dspark", block_size=4, num_layers=1), target)
+    assert not any("markov" in name for name, p in spark.named_parameters() if takes_muon(name, p))
+    assert not takes_muon("adapter", torch.zeros(1, 8))  # a degenerate matrix is a vector
+
+
+def small_model() -> list[tuple[str, torch.nn.Parameter]]:
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"proj": torch.nn.Linear(6, 5), "embed": torch.nn.Embedding(7, 6),
+                                 "norm": torch.nn.LayerNorm(5)})
+    return list(model.named_parameters())
+
+
+def loss_of(named) -> torch.Tensor:
+    values = dict(named)
+    hidden = values["embed.weight"][[1, 3, 5]] @ values["proj.weight"].T + values["proj.bias"]
+    return (torch.nn.functional.layer_norm(hidden, (5,), values["norm.weight"], values["norm.bias"]) ** 2).mean()
+
+
+def step(optimizer, named) -> None:
+    optimizer.zero_grad()
+    loss_of(named).backward()
+    optimizer.step()
+
+
+def test_one_optimizer_steps_both_halves_a_scheduler_moves_both_and_its_state_restores_exactly():
+    named = small_model()
+    optimizer = build_optimizer(named, options(muon_lr=2e-2), lambda name: 1.0, fused=False)
+    assert isinstance(optimizer, MuonWithAdamW)
+    assert {id(p) for g in optimizer.muon.param_groups for p in g["params"]} == {id(dict(named)["proj.weight"])}
+    assert optimizer.param_groups == optimizer.muon.param_groups + optimizer.adamw.param_groups
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5)
+    assert [g["lr"] for g in optimizer.muon.param_groups] == [1e-2] and optimizer.adamw.param_groups[0]["lr"] == 5e-3
+    before = {name: p.detach().clone() for name, p in named}
+    step(optimizer, named)
+    scheduler.step()
+    assert all(not torch.equal(before[name], p) for name, p in named)
+    saved = copy.deepcopy(optimizer.state_dict())  # (a checkpoint: torch's state_dict shares the live tensors)
+    weights = {name: p.detach().clone() for name, p in named}
+    step(optimizer, named)
+    expected = {name: p.detach().clone() for name, p in named}
+    with torch.no_grad():  # back to the checkpoint, into a fresh optimizer
+        for name, p in named:
+            p.copy_(weights[name])
+    restored = build_optimizer(named, options(muon_lr=2e-2), lambda name: 1.0, fused=False)
+    restored.load_state_dict(saved)
+    assert restored.param_groups == restored.muon.param_groups + restored.adamw.param_groups
+    step(restored, named)
+    assert all(torch.equal(expected[name], p) for name, p in named)
+
+
+def test_flat_shards_and_a_checkpoint_of_the_other_optimizer_are_refused():
+    named = small_model()
+    with pytest.raises(DraftsmithError, match="not yet under DeepSpeed ZeRO"):
+        build_optimizer(named, options(), lambda name: 1.0, fused=False, sharded_by="DeepSpeed ZeRO")
+    adamw_only = build_optimizer(named[2:], options(), lambda name: 1.0, fused=False)  # embed, norm: no Muon half
+    with pytest.raises(DraftsmithError, match="no muon half"):
+        build_optimizer(named, options(), lambda name: 1.0, fused=False).load_state_dict(adamw_only.state_dict())
+
+
+def test_a_muon_run_learns_and_resumes_exactly(tmp_path):
+    target = tiny_target()
+    recipe = make_recipe(tmp_path, target, max_steps=6, checkpoint_every=3, keep_checkpoints=0, lr=3e-3,
+                         optimizer="muon")
+    assert isinstance(recipe.optimizer.optimizer, MuonWithAdamW)
+    recipe.train()
+    straight = read_log(tmp_path / "run")
+    assert straight[-1]["loss"] < straight[0]["loss"]
+    crashed = tmp_path / "crashed"  # a crash right after checkpoint-3
+    shutil.copytree(tmp_path / "run", crashed)
+    shutil.rmtree(crashed / "checkpoint-6")
+    (crashed / "latest").write_text("checkpoint-3\n")
+    reset_accelerate_state()
+    config = load(TrainConfig, tmp_path / "recipe.yaml", ["resume=true", f"output_dir={crashed}"])
+    resumed = TrainRecipe(config, data=memory_data(target, required_layers(config, target)), target=target)
+    resumed.setup()
+    resumed.train()
+    assert [r["loss"] for r in read_log(crashed)] == [r["loss"] for r in straight]
