@@ -303,7 +303,6 @@ def general_mix(result: dict) -> list[str]:
                     f"{fmt(checks.get('mix_wins_every_non_code_category'))}.", ""]
 
 
-
 def memory_plan(result: dict) -> list[str]:
     """Parameters of each target and its EAGLE-3 drafter, then bytes per training process by launcher."""
     def gb(count: float) -> str:
@@ -327,6 +326,7 @@ def memory_plan(result: dict) -> list[str]:
              gb(r["features_bytes"]), f"**{gb(r['total_bytes'])}**"] for t in targets for r in t.get("rows", [])]
     return lines + table(["target", "drafter under", "target held", "target GB", "drafter state GB",
                           "features GB", "total GB"], rows)
+
 
 CANONICAL = {  # bench (its script's name) -> (title, table function, a command that makes a record)
     "families": ("Drafter families at one CPU budget", families,

@@ -5,11 +5,11 @@ the optimizer (ZeRO, FSDP) are refused."""
 from __future__ import annotations
 
 import copy
-import shutil
 from types import SimpleNamespace
 
 import pytest
 import torch
+from test_train_launch import crash_copy
 from test_train import make_recipe, memory_data, read_log, required_layers, reset_accelerate_state
 from tiny import tiny_target
 
@@ -100,10 +100,8 @@ def test_a_muon_run_learns_and_resumes_exactly(tmp_path):
     recipe.train()
     straight = read_log(tmp_path / "run")
     assert straight[-1]["loss"] < straight[0]["loss"]
-    crashed = tmp_path / "crashed"  # a crash right after checkpoint-3
-    shutil.copytree(tmp_path / "run", crashed)
-    shutil.rmtree(crashed / "checkpoint-6")
-    (crashed / "latest").write_text("checkpoint-3\n")
+    crashed = tmp_path / "crashed"
+    crash_copy(tmp_path / "run", crashed, 3, 6)
     reset_accelerate_state()
     config = load(TrainConfig, tmp_path / "recipe.yaml", ["resume=true", f"output_dir={crashed}"])
     resumed = TrainRecipe(config, data=memory_data(target, required_layers(config, target)), target=target)

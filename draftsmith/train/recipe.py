@@ -157,10 +157,9 @@ class TrainRecipe:
         # loop for the EAGLE-3 drafter on 2 CPU cores); FSDP and DeepSpeed bring their own optimizer step.
         from accelerate.utils import DistributedType
 
-        kind = self.accelerator.distributed_type
-        fused = self.accelerator.device.type in ("cpu", "cuda") and kind not in (DistributedType.FSDP,
-                                                                                 DistributedType.DEEPSPEED)
-        sharded = {DistributedType.DEEPSPEED: "DeepSpeed ZeRO", DistributedType.FSDP: "FSDP"}.get(kind)
+        sharded = {DistributedType.DEEPSPEED: "DeepSpeed ZeRO", DistributedType.FSDP: "FSDP"}.get(
+            self.accelerator.distributed_type)
+        fused = self.accelerator.device.type in ("cpu", "cuda") and sharded is None
         optimizer = build_optimizer(trainable, cfg, lr_scale, fused, sharded_by=sharded)
         # the share of train.max_minutes spent, as every process agrees on it (`_out_of_time`): the same rate everywhere
         budget_spent = (lambda: self.budget_share) if cfg.max_minutes else None
