@@ -128,14 +128,15 @@ def test_a_refused_or_crashed_prepare_never_looks_finished(tmp_path, monkeypatch
     rows = [{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": f"ab{k}"}]}
             for k in range(6)]
     source = write_jsonl(tmp_path / "chats.jsonl", rows)
-    with pytest.raises(DraftsmithError, match=r"Set prepare.draft_vocab_size \(--draft-vocab-size\) to at most"):
-        prepare(PrepareConfig(input=[source], out=str(tmp_path / "fresh"), draft_vocab_size=1000), target=target)
+    unanswerable = write_jsonl(tmp_path / "bad.jsonl", [{"messages": [{"role": "user", "content": "q"}]}] * 3)
+    with pytest.raises(DraftsmithError, match="No usable rows"):
+        prepare(PrepareConfig(input=[unanswerable], out=str(tmp_path / "fresh")), target=target)
     assert not (tmp_path / "fresh" / "prepare_report.json").exists()
 
     prepare(PrepareConfig(input=[source], out=str(tmp_path / "data"), draft_vocab_size=4), target=target)
     before = {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir() if p.is_file()}
-    with pytest.raises(DraftsmithError, match="prepare.draft_vocab_size"):
-        prepare(PrepareConfig(input=[source], out=str(tmp_path / "data"), draft_vocab_size=1000), target=target)
+    with pytest.raises(DraftsmithError, match="No usable rows"):
+        prepare(PrepareConfig(input=[unanswerable], out=str(tmp_path / "data"), draft_vocab_size=4), target=target)
     assert {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir() if p.is_file()} == before  # untouched
 
     import draftsmith.data.prepared as prepared_module

@@ -46,3 +46,28 @@ def test_prepare_builds_vocab_from_loss_masked_tokens(tmp_path, tiny_llama):
     assert load_draft_vocab(tmp_path / "out").target_ids().tolist() == sorted([a, b])
     assert report["draft_vocab_coverage"] == 1.0
     assert len(load_prepared(tmp_path / "out")["train"]) == 3
+
+
+def test_prepare_caps_the_vocab_at_the_distinct_tokens_the_data_has(tmp_path, tiny_llama, capsys):
+    """A regeneration budget that answers few rows (or a small input) gives fewer distinct tokens than the recipe's
+    draft_vocab_size: the vocabulary holds every one of them, the report names both sizes, and the recipe that
+    asked for the larger one still accepts the folder on its next run."""
+    import json
+
+    from draftsmith.data.commands import print_prepare_report
+    from draftsmith.data.prepared import PrepareConfig, prepare
+    from draftsmith.train.pipeline import check_prepared_matches
+
+    rows = [{"messages": [{"role": "user", "content": "zz"}, {"role": "assistant", "content": "aab"}]}] * 3
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    options = PrepareConfig(input=[str(tmp_path / "c.jsonl")], out=str(tmp_path / "out"), eval_fraction=0.0,
+                            draft_vocab_size=2048)
+    report = prepare(options, target=tiny_llama)
+    assert report["draft_vocab_size"] == 2 and report["draft_vocab_size_requested"] == 2048
+    assert load_draft_vocab(tmp_path / "out").size == 2 and report["draft_vocab_coverage"] == 1.0
+    print_prepare_report(report, options.out)
+    assert "holds 2 tokens, not the 2048 asked for" in capsys.readouterr().out
+    check_prepared_matches(report, options, tmp_path / "out" / "prepare_report.json")
+    with pytest.raises(DraftsmithError, match="draft_vocab_size: recipe 1024, data 2048"):
+        check_prepared_matches(report, PrepareConfig(**{**options.__dict__, "draft_vocab_size": 1024}),
+                               tmp_path / "out" / "prepare_report.json")

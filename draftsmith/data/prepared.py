@@ -70,7 +70,9 @@ class PrepareConfig:
     bfloat16, float16, or auto = bfloat16 for a float32 target on a CPU where bf16 measures faster (AMX: 1.76x
     in bench/studies/data_dtype.py), else the target's own"""
     draft_vocab_size: int = 0
-    """also build a draft vocabulary of this many tokens (0 = later, from token_counts.safetensors)"""
+    """also build a draft vocabulary of this many tokens (0 = later, from token_counts.safetensors). When the
+    training split holds fewer distinct trainable tokens (a small input, or a regeneration budget that answered few
+    rows), the vocabulary holds all of them and the report says so (draft_vocab_size against _requested)"""
     chat_template: str | None = None
     """chat template for conversation rows, as a Jinja string or a file holding one (null = the target's own;
     needed for a base model without one, unless the rows are plain text: {"text"} or {"prompt", "completion"})"""
@@ -84,6 +86,8 @@ class PrepareConfig:
             raise DraftsmithError("prepare needs at least one --input.")
         if self.max_minutes < 0:
             raise DraftsmithError(f"--max-minutes is a budget in minutes (0 = none), got {self.max_minutes}.")
+        if self.draft_vocab_size < 0:
+            raise DraftsmithError(f"--draft-vocab-size counts tokens (0 = no vocabulary now), got {self.draft_vocab_size}.")
         if self.max_rows < 0 or self.max_rows_per_input < 0:
             raise DraftsmithError(f"--max-rows and --max-rows-per-input count rows (0 = all), got {self.max_rows} "
                                   f"and {self.max_rows_per_input}.")
@@ -183,10 +187,11 @@ def prepare(config: PrepareConfig, target=None) -> dict:
     dataset = datasets.DatasetDict({"train": table.select(train_idx), "eval": table.select(eval_idx)})
     counts = count_trainable_tokens(dataset["train"], target.vocab_size)  # t2d is bool[V] of the target
     vocab = None
-    if config.draft_vocab_size:  # refused sizes stop here, before anything of the old data is touched
+    if config.draft_vocab_size:
         from draftsmith.data.vocab import build_draft_vocab
 
-        vocab = build_draft_vocab(counts, config.draft_vocab_size, key="prepare.draft_vocab_size (--draft-vocab-size)")
+        size = min(config.draft_vocab_size, int((counts > 0).sum()))  # never asks for a token the data lacks
+        vocab = build_draft_vocab(counts, size, key="prepare.draft_vocab_size (--draft-vocab-size)")
     report = {
         "target": target.fingerprint(),
         "chat_template_sha256": None if all(is_completion(r) for _, _, r in rows) else template_sha256(target, chat_template),
@@ -205,7 +210,8 @@ def prepare(config: PrepareConfig, target=None) -> dict:
         "regenerated_in": str(writer.dtype).removeprefix("torch.") if config.regenerate else None,
         "max_length": config.max_length,
         "last_turn_only": config.last_turn_only,
-        "draft_vocab_size": config.draft_vocab_size or None,
+        "draft_vocab_size": vocab.size if vocab is not None else None,
+        "draft_vocab_size_requested": config.draft_vocab_size or None,
         "draft_vocab_coverage": vocab.coverage if vocab is not None else None,
         "rejected": rejections.items,
     }

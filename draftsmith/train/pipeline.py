@@ -55,7 +55,9 @@ def check_prepared_matches(report: dict, wanted, where: Path, target=None) -> No
     the recipe asks for. Whether it was made for this target is checked where it is loaded (`load_prepared`)."""
     made = {"input": report.get("inputs"), "max_length": report.get("max_length"),
             "last_turn_only": report.get("last_turn_only"), "regenerate": report.get("regenerated"),
-            "draft_vocab_size": report.get("draft_vocab_size") or 0,  # the report writes None for no vocabulary
+            # what was asked (the vocabulary holds fewer tokens when the data has fewer); reports written before
+            # the cap name only the size, then the one asked for; None = no vocabulary
+            "draft_vocab_size": report.get("draft_vocab_size_requested", report.get("draft_vocab_size")) or 0,
             "max_rows_per_input": report.get("max_rows_per_input") or 0}
     asked = {"input": list(wanted.input), "max_length": wanted.max_length, "last_turn_only": wanted.last_turn_only,
              "regenerate": wanted.regenerate, "draft_vocab_size": wanted.draft_vocab_size or 0,
