@@ -328,9 +328,25 @@ def memory_plan(result: dict) -> list[str]:
                           "features GB", "total GB"], rows)
 
 
+def parallel_drafting(result: dict) -> list[str]:
+    """P-EAGLE against EAGLE-3 at one chain length: the two ratios, then the families tables of the run."""
+    s = result.get("parallel_drafting", {})
+    names = ("eagle3", "peagle")
+    rows = [[name, fmt(s.get("draft_ms_per_pass", {}).get(name), 1), fmt(s.get("tau", {}).get(name)),
+             fmt(s.get("speedup_vs_plain", {}).get(name), suffix="x"),
+             identical(s.get("identical_to_plain", {}).get(name), result.get("prompts"))] for name in names]
+    lines = [f"Chains of {s.get('length')}, both drafters trained for that many steps:", ""]
+    lines += table(["drafter", "draft ms per verify pass", "τ", "speedup vs plain", "identical to plain"], rows)
+    lines += [f"P-EAGLE over EAGLE-3: draft time per verify pass **{fmt(s.get('draft_ms_ratio'))}x**, "
+              f"τ **{fmt(s.get('tau_ratio'))}x**.", ""]
+    return lines + families(result)
+
+
 CANONICAL = {  # bench (its script's name) -> (title, table function, a command that makes a record)
     "families": ("Drafter families at one CPU budget", families,
                  "python bench/families.py --minutes 20 --num-prompts 40"),
+    "parallel_drafting": ("P-EAGLE against EAGLE-3 chains", parallel_drafting,
+                          "python bench/parallel_drafting.py --length 4 --minutes 10 --num-prompts 20"),
     "eagle3_smollm2": ("EAGLE-3 at a training budget", eagle3_smollm2,
                        "python bench/eagle3_smollm2.py --minutes 50 --num-prompts 40"),
     "general_mix": ("Code-only against the general mix, by category", general_mix,
@@ -446,8 +462,8 @@ def render_readme(text: str, results: Path = RESULTS) -> str:
 # ----------------------------------------------------------------------------- staleness, asked at run time
 def watched(bench: str) -> list[str]:
     """The paths whose change can change what `bench` measures."""
-    paths = ["draftsmith", f"bench/{bench}.py", "bench/common.py"]
-    return paths + (["recipes"] if bench in ("families", "eagle3_smollm2", "general_mix") else [])
+    paths = ["draftsmith", f"bench/{bench}.py", "bench/common.py"] + (["bench/families.py"] if bench == "parallel_drafting" else [])
+    return paths + (["recipes"] if bench in ("families", "parallel_drafting", "eagle3_smollm2", "general_mix") else [])
 
 
 def _git(*arguments: str) -> subprocess.CompletedProcess:

@@ -149,3 +149,63 @@ def compare_blocks(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor
     assert set(ours) == set(theirs), (sorted(ours), sorted(theirs))
     return {"max_abs_difference": max(float((ours[k] - theirs[k]).abs().max()) for k in ours),
             "argmax_agreement": float((ours["logits"].argmax(-1) == theirs["logits"].argmax(-1)).float().mean())}
+
+
+def speculators_peagle_logits(folder: str | Path, target, input_ids: torch.Tensor, steps: int
+                              ) -> dict[tuple[int, int], torch.Tensor]:
+    """Draft logits of the speculators P-EAGLE model loaded from `folder`, keyed by (anchor index, depth), on the
+    features of `target` (their data convention, as for EAGLE-3: index i reads feature i and token x_{i+1}). The
+    library samples which anchors run at each depth at random (COD); the anchors it drew are read back from its
+    own sampler, so every position it computed is compared."""
+    import speculators.models.peagle.core as core
+    from speculators.losses import resolve_loss_config
+    from speculators.models.peagle import PEagleDraftModel, PEagleSpeculatorConfig
+
+    config = PEagleSpeculatorConfig.from_pretrained(str(folder))
+    config.transformer_layer_config._attn_implementation = "eager"  # flex attention needs a GPU compiler
+    model = PEagleDraftModel.from_pretrained(str(folder), config=config).eval()
+    drawn, logits = [], []
+    sampler = core.generate_cod_sample_indices
+
+    def recorded(*args, **kwargs):
+        drawn.append(sampler(*args, **kwargs))
+        return drawn[-1]
+
+    core.generate_cod_sample_indices = recorded
+    hook = model.lm_head.register_forward_hook(lambda _m, _i, out: logits.append(out[0].detach()))
+    try:
+        with torch.no_grad():
+            model.embed_tokens.weight.copy_(target.model.get_input_embeddings().weight)  # engines share the target's
+            hidden = target.model(input_ids, output_hidden_states=True).hidden_states
+            aux = torch.cat([hidden[i] for i in model.config.eagle_aux_hidden_state_layer_ids], dim=-1)
+            length = input_ids.shape[1] - 1
+            model(hidden_states=aux[:, :-1], input_ids=input_ids[:, 1:], document_ids=torch.zeros(1, length, dtype=torch.long),
+                  loss_mask=torch.ones(1, length), verifier_last_hidden_states=hidden[-1][:, 1:], num_depths=steps,
+                  down_sample_ratio=1.0, down_sample_ratio_min=1.0,
+                  loss_config=resolve_loss_config("kl_div", "eager"))  # the fused loss needs Triton
+    finally:
+        core.generate_cod_sample_indices = sampler
+        hook.remove()
+    anchors, depths = drawn[0]
+    # the sampler may start a depth-d chain at index d - 1 - d = -1 (a position with no context; it sees only
+    # itself): nothing a decoder ever drafts from, so left out
+    return {(int(a), int(d)): row for a, d, row in zip(anchors, depths, logits[0]) if a >= 0}
+
+
+def ours_peagle_logits(drafter, target, input_ids: torch.Tensor, steps: int) -> dict[tuple[int, int], torch.Tensor]:
+    """Our P-EAGLE drafter's logits keyed by (index, step) on the same sequence (every index, every step)."""
+    rows = ours_eagle3_logits(drafter, target, input_ids, steps)
+    return {(a, d): rows[d][a] for d in range(steps) for a in range(rows[d].shape[0])}
+
+
+def compare_keyed(ours: dict, theirs: dict) -> dict:
+    """Worst max-abs logit difference and argmax agreement over the (index, step) pairs the library computed
+    from real tokens (index + step inside the sequence)."""
+    worst, same, count = 0.0, 0, 0
+    for key, b in theirs.items():
+        a = ours[key].float()
+        worst = max(worst, float((a - b.float()).abs().max()))
+        same += int(a.argmax() == b.argmax())
+        count += 1
+    return {"max_abs_difference": worst, "argmax_agreement": same / max(count, 1), "pairs": count,
+            "steps": len({d for _, d in theirs})}

@@ -30,6 +30,7 @@ PROMPTS = [[257, 72, 101, 108, 108, 111, 258, 10], [257, 1, 2, 3, 1, 2, 3, 1, 2]
 # kind name -> (the formats `draftsmith export` writes for it -> the layout each reads back as)
 EXPORTS = {
     "eagle3": {"speculators": "speculators-eagle3", "sglang": "sglang-eagle3"},
+    "peagle": {"speculators": "speculators-peagle"},
     "eagle1": {},
     "medusa": {"medusa": "vllm-medusa"},
     "medusa2": {"medusa": "vllm-medusa"},  # the export adds its tuned target (adapters merged) in target/
@@ -53,6 +54,8 @@ def build(name: str, target):
     torch.manual_seed(0)
     made = {
         "eagle3": lambda: eagle.create(eagle.Config(ttt_steps=2, init_head_from_target=True), target, vocabulary()),
+        "peagle": lambda: eagle.create(eagle.Config(variant="peagle", ttt_steps=2, init_head_from_target=True), target,
+                                       vocabulary()),
         "eagle1": lambda: eagle.create(eagle.Config(variant="eagle1"), target),
         "medusa": lambda: medusa.create(medusa.Config(num_heads=3), target, vocabulary()),
         "medusa2": lambda: medusa.create(medusa.Config(num_heads=3, lora_rank=4), target),
@@ -175,7 +178,7 @@ def test_the_eval_command_line_reads_an_export(world, tmp_path, capsys):
 def test_each_layout_is_detected_and_described(world, name, fmt, capsys):
     target, folders, _ = world
     layout = EXPORTS[name].get(fmt, "draftsmith")
-    kind = {"eagle3": "eagle", "eagle1": "eagle", "dspark": "dflash", "medusa2": "medusa"}.get(name, name)
+    kind = {"eagle3": "eagle", "peagle": "eagle", "eagle1": "eagle", "dspark": "dflash", "medusa2": "medusa"}.get(name, name)
     expected = readers.expectations(folders[name, fmt])
     assert (expected.layout, expected.kind) == (layout, kind)
     assert drafter_kind(str(folders[name, fmt])) == kind
@@ -185,7 +188,7 @@ def test_each_layout_is_detected_and_described(world, name, fmt, capsys):
     assert facts["target"].startswith(f"{target.name}: fits") and facts["parameters"] > 0
     if kind != "draft_lm":
         assert (facts["hidden_size"], facts["vocab_size"]) == (64, 320)
-    draft = {"eagle3": 256, "medusa": 256, "dspark": 256}.get(name, "the whole vocabulary")
+    draft = {"eagle3": 256, "peagle": 256, "medusa": 256, "dspark": 256}.get(name, "the whole vocabulary")
     assert facts["draft_vocab_size"] == draft
     assert ("100%" in facts["coverage"]) == (draft == "the whole vocabulary")
 
@@ -237,7 +240,7 @@ def test_a_pickle_checkpoint_is_refused_with_the_reason(world, tmp_path):
 
 
 @pytest.mark.parametrize("config,found", [
-    ({"speculators_model_type": "peagle"}, "speculators_model_type 'peagle'"),
+    ({"speculators_model_type": "xpress"}, "speculators_model_type 'xpress'"),
     ({"architectures": ["DFlash2DraftModel"], "model_type": "qwen3"}, "DFlash2DraftModel"),
     ({"medusa_num_heads": 5, "model_type": "llama"}, "medusa_num_heads"),
     ({"hello": 1}, "none of draftsmith_kind"),
@@ -246,7 +249,7 @@ def test_an_unknown_layout_is_named_and_the_readable_ones_listed(tmp_path, confi
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(DraftsmithError, match="not a drafter layout draftsmith reads") as caught:
         drafter_kind(str(tmp_path))
-    assert found in str(caught.value) and "speculators eagle3 / dflash / dspark / mtp" in str(caught.value)
+    assert found in str(caught.value) and "speculators eagle3 / peagle / dflash / dspark / mtp" in str(caught.value)
 
 
 # --------------------------------------------------------------------------- public checkpoints of these layouts

@@ -14,8 +14,8 @@ from draftsmith.drafters import dflash, eagle
 from draftsmith.export import dflash as dflash_export
 from draftsmith.export.check import to_format_layer_ids
 from speculators_parity import (
-    compare, compare_blocks, load_speculators_dflash, ours_dflash_logits, ours_eagle3_logits, speculators_dflash_logits,
-    speculators_eagle3_logits,
+    compare, compare_blocks, compare_keyed, load_speculators_dflash, ours_dflash_logits, ours_eagle3_logits,
+    ours_peagle_logits, speculators_dflash_logits, speculators_eagle3_logits, speculators_peagle_logits,
 )
 from test_export_support import draft_vocab
 from tiny import save_target, tiny_target
@@ -123,6 +123,56 @@ def test_an_eagle31_export_read_without_either_flag_fails_the_harness(exported31
     rewrite_config(out, tmp_path / flag, lambda c: c.update({flag: False}))
     results = parity(target, drafter, tmp_path / flag, sequences)
     assert max(r["max_abs_difference"] for r in results) > 1e-2
+
+# --------------------------------------------------------------------------- P-EAGLE (speculators `peagle` layout)
+@pytest.fixture(scope="module")
+def peagle_exported(tmp_path_factory):
+    """As `exported`, for a P-EAGLE drafter (mask token and learned mask hidden at the steps after the first)."""
+    return export_eagle3(tmp_path_factory.mktemp("peagle"), variant="peagle")
+
+
+def peagle_parity(target, drafter, folder, sequences) -> list[dict]:
+    return [compare_keyed(ours_peagle_logits(drafter, target, ids[None], STEPS),
+                          speculators_peagle_logits(folder, target, ids[None], STEPS)) for ids in sequences]
+
+
+def test_speculators_computes_our_peagle_export_exactly(peagle_exported, tmp_path):
+    target, drafter, out, sequences = peagle_exported
+    config = json.loads((out / "config.json").read_text())
+    assert config["speculators_model_type"] == "peagle" and config["speculators_config"]["algorithm"] == "peagle"
+    assert config["mask_token_id"] == drafter.config.mask_token_id
+    stored = load_file(str(out / "model.safetensors"))
+    assert torch.equal(stored["mask_hidden"], drafter.mask_hidden.detach())
+    results = peagle_parity(*peagle_exported)
+    assert all(r["steps"] == STEPS and r["pairs"] > 2 * sequences.shape[1] for r in results), results
+    assert all(r["argmax_agreement"] == 1.0 and r["max_abs_difference"] < 1e-3 for r in results), results
+    assert "parallel_drafting" in (out / "README.md").read_text()
+    with pytest.raises(ex.DraftsmithError, match="P-EAGLE"):
+        ex.export(out.parent / "best", "sglang", tmp_path / "sg", verifier=target.name)
+    with pytest.raises(ex.DraftsmithError, match="trained to draft 3 positions"):
+        ex.export(out.parent / "best", "speculators", tmp_path / "long", verifier=target.name, speculative_tokens=5)
+
+
+def test_peagle_misreadings_fail_the_harness_and_the_validator(peagle_exported, tmp_path):
+    """Another mask token fails the harness; a folder without mask_hidden, which the library loads with a random
+    one and no warning, fails the harness and our validator; the folder reads back as the drafter we trained."""
+    from draftsmith.export import readers
+    from draftsmith.export.check import validate_export
+
+    target, drafter, out, sequences = peagle_exported
+    other = (drafter.config.mask_token_id + 1) % target.vocab_size
+    rewrite_config(out, tmp_path / "token", lambda c: c.update(mask_token_id=other))
+    assert max(r["max_abs_difference"] for r in peagle_parity(target, drafter, tmp_path / "token", sequences)) > 1e-2
+    shutil.copytree(out, tmp_path / "bare")
+    tensors = load_file(str(out / "model.safetensors"))
+    save_file({k: v for k, v in tensors.items() if k != "mask_hidden"}, str(tmp_path / "bare" / "model.safetensors"))
+    assert max(r["max_abs_difference"] for r in peagle_parity(target, drafter, tmp_path / "bare", sequences)) > 1e-2
+    with pytest.raises(ex.DraftsmithError, match="no 'mask_hidden'"):
+        validate_export(tmp_path / "bare")
+    proposer = readers.load_proposer(out, target)
+    assert proposer.drafter.parallel and proposer.longest_draft == STEPS
+    assert torch.equal(proposer.drafter.mask_hidden, drafter.mask_hidden.detach())
+
 
 # --------------------------------------------------------------------------- DFlash (speculators `dflash` layout)
 ANCHORS = [2, 7, 11]

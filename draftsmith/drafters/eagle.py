@@ -1,8 +1,11 @@
-"""EAGLE-3 and EAGLE-1 drafters (DESIGN §3): one decoder layer on top of the target's features.
+"""EAGLE-3, P-EAGLE and EAGLE-1 drafters (DESIGN §3): one decoder layer on top of the target's features.
 
 EAGLE-3: fc(low, mid, high features) -> hidden; attention reads [norm(embed), norm(hidden)] (2H),
-residual on the hidden; draft-vocabulary head; training-time test (TTT) over k steps. EAGLE-1:
-fc(embed, top feature) with bias, no input norm, the target's head, feature regression + 0.1 CE.
+residual on the hidden; draft-vocabulary head; training-time test (TTT) over k steps. P-EAGLE (parallel
+drafting): EAGLE-3's layer, but steps j >= 1 read a mask token and a learned `mask_hidden` (fused like the
+target's features) instead of the previous step's token and output, so at decode time the k steps are k
+rows of one forward. EAGLE-1: fc(embed, top feature) with bias, no input norm, the target's head, feature
+regression + 0.1 CE.
 
 Indexing: index t reads feature f_t and token x_{t+1} at position t and predicts x_{t+2}; TTT step
 j at index t runs at position t + j, reads x_{t+1+j}, and learns the target's distribution at
@@ -36,7 +39,7 @@ from draftsmith.drafters import (
     target_info,
 )
 from draftsmith.drafters.eagle_layers import DraftLayer, grouped_query_attention, ttt_attention
-from draftsmith.drafters.eagle_proposer import EagleProposer
+from draftsmith.drafters.eagle_proposer import EagleProposer, ParallelEagleProposer
 from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.errors import DraftsmithError
 
@@ -45,12 +48,18 @@ from draftsmith.errors import DraftsmithError
 class Config(LossOptions):
     """Options of the EAGLE drafter."""
 
-    variant: Literal["eagle3", "eagle1"] = "eagle3"
-    """eagle3 (fused low/mid/high features, TTT, draft-vocabulary head) or eagle1 (top feature, feature regression)"""
+    variant: Literal["eagle3", "peagle", "eagle1"] = "eagle3"
+    """eagle3 (fused low/mid/high features, TTT, draft-vocabulary head), peagle (P-EAGLE: eagle3 whose later
+    steps read a mask token and a learned mask hidden, so one forward drafts every step) or eagle1 (top feature,
+    feature regression)"""
     layers: list[int] | None = None
     """target feature layers (output-layer ids); default 1, L/2-1, L-4 for eagle3 and L-1 for eagle1"""
     ttt_steps: int | None = None
-    """training-time-test steps k; default 7 for eagle3, 1 for eagle1"""
+    """training-time-test steps k; default 7 for eagle3 and peagle (for peagle also the longest chain one forward
+    drafts), 1 for eagle1"""
+    mask_token_id: int | None = None
+    """peagle: the token whose (target) embedding fills the steps after the first; default the tokenizer's mask
+    token, else its pad token, else its end-of-sequence token"""
     step_weight: float = 0.8
     """loss = sum over TTT steps j of step_weight^j * loss_j"""
     intermediate_size: int | None = None
@@ -78,19 +87,22 @@ class Config(LossOptions):
         self.validate_loss(sparse_labels=self.labels == "topk")
         if self.ttt_steps is not None and self.ttt_steps < 1:
             raise DraftsmithError(f"eagle: ttt_steps must be at least 1, got {self.ttt_steps}.")
-        if self.variant != "eagle3" and (self.fc_norm or self.norm_output):
-            raise DraftsmithError("eagle: fc_norm and norm_output (EAGLE 3.1) are options of the eagle3 variant.")
-        if self.layers is not None and self.variant == "eagle3" and len(self.layers) != 3:
-            raise DraftsmithError(f"eagle3 fuses three feature layers; got layers={self.layers}.")
+        if self.variant == "eagle1" and (self.fc_norm or self.norm_output):
+            raise DraftsmithError("eagle: fc_norm and norm_output (EAGLE 3.1) are options of eagle3 and peagle.")
+        if self.layers is not None and self.variant != "eagle1" and len(self.layers) != 3:
+            raise DraftsmithError(f"{self.variant} fuses three feature layers; got layers={self.layers}.")
+        if self.mask_token_id is not None and self.variant != "peagle":
+            raise DraftsmithError("eagle: mask_token_id is an option of the peagle variant.")
 
 
 # --------------------------------------------------------------------------- the model
 class Drafter(nn.Module):
-    """EAGLE-3 / EAGLE-1 drafter. `forward(batch, target_head)` is the training loss (so DDP wraps it)."""
+    """EAGLE-3 / P-EAGLE / EAGLE-1 drafter. `forward(batch, target_head)` is the training loss (so DDP wraps it)."""
 
     def __init__(self, config: Config, layer_config: LlamaConfig):
         super().__init__()
-        self.eagle3 = config.variant == "eagle3"
+        self.eagle3 = config.variant != "eagle1"  # fused features, draft-vocabulary head (eagle3 and peagle)
+        self.parallel = config.variant == "peagle"
         if config.ttt_steps is None:
             config = dataclasses.replace(config, ttt_steps=7 if self.eagle3 else 1)
         self.config, self.layer_config = config, layer_config
@@ -109,6 +121,8 @@ class Drafter(nn.Module):
         if config.fc_norm:  # one per feature layer, over the target's hidden size
             self.fc_norm = nn.ModuleList([LlamaRMSNorm(layer_config.target_hidden_size, eps=layer_config.rms_norm_eps)
                                           for _ in range(3)])
+        if self.parallel:  # what the steps after the first read in place of the target's three features
+            self.mask_hidden = nn.Parameter(torch.randn(1, 1, 3 * layer_config.target_hidden_size))
         self.register_buffer("d2t", torch.zeros(N, dtype=torch.long))
         self.register_buffer("t2d", torch.ones(V, dtype=torch.bool))
 
@@ -147,6 +161,15 @@ class Drafter(nn.Module):
         inputs = torch.cat(inputs, dim=-1)
         return self.fc(inputs) if self.eagle3 else inputs
 
+    def mask_inputs(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """P-EAGLE's inputs for the steps after the first, one per entry of `like` [B, n]: (mask token ids [B, n],
+        the fused mask hidden [B, n, H])."""
+        width = self.mask_hidden.shape[-1] // 3
+        features = dict(zip(self.config.layers, self.mask_hidden[0, 0].split(width)))
+        hidden = self.fuse(features).to(like.device)
+        ids = torch.full_like(like, self.config.mask_token_id)
+        return ids, hidden.expand(*like.shape, -1)
+
     def finish(self, attention: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """A step's output hidden (the layer's output; final-normed with norm_output), what the next step reads."""
         hidden = self.layers[0].finish(attention, residual)
@@ -183,7 +206,9 @@ class Drafter(nn.Module):
     def ttt_forward(self, input_ids, features, attention_mask=None, steps=None, at=None) -> list[torch.Tensor]:
         """Training-time test: the output hidden of every step (step j at index t = position t + j), [B, S, H],
         or [B, A, H] at the indices `at` [B, A] only. Step 0's keys and values cover every index (any query
-        may attend to them); everything else, the layer's MLP included, runs only where it is asked for."""
+        may attend to them); everything else, the layer's MLP included, runs only where it is asked for.
+        Step j reads token x_{t+1+j} and step j-1's output (EAGLE-3), or the mask token and mask hidden (P-EAGLE:
+        so no step's input depends on another's output, and at decode time they are rows of one forward)."""
         steps = steps or self.config.ttt_steps
         batch, length = input_ids.shape
         hidden = self.fuse(features)
@@ -208,6 +233,8 @@ class Drafter(nn.Module):
                 if at is not every:
                     q = q.gather(2, at[:, None, :, None].expand(-1, q.shape[1], -1, q.shape[-1]))
                     residual = residual.gather(1, at[..., None].expand(-1, -1, residual.shape[-1]))
+            elif self.parallel:
+                q, k, v, residual = self.project(*self.mask_inputs(at), at + j)
             else:
                 q, k, v, residual = self.project(ahead.gather(1, at), hidden, at + j)
             keys.append(repeat_kv(k, groups))
@@ -313,7 +340,7 @@ class Drafter(nn.Module):
 
     def proposer(self, target, generator: torch.Generator | None = None) -> EagleProposer:
         """The decode-time view of this drafter for `target`."""
-        return EagleProposer(self, target, generator)
+        return (ParallelEagleProposer if self.parallel else EagleProposer)(self, target, generator)
 
 
 def _indices_leading_to(loss_mask: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -338,9 +365,11 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def create(config: Config, target, draft_vocab=None) -> Drafter:
     """A fresh drafter for `target`; `draft_vocab` (with `.d2t`, `.t2d`) restricts EAGLE-3's head."""
     config = dataclasses.replace(config)
-    eagle3 = config.variant == "eagle3"
+    eagle3 = config.variant != "eagle1"
     if config.layers is None:
         config.layers = target.default_eagle3_layers() if eagle3 else [target.num_layers - 1]
+    if config.variant == "peagle" and config.mask_token_id is None:
+        config.mask_token_id = default_mask_token(target)
     config.validate()
     if not eagle3 and config.layers != [target.num_layers - 1]:
         raise DraftsmithError(f"eagle1 reads the target's last layer ({target.num_layers - 1}); got {config.layers}.")
@@ -357,6 +386,18 @@ def create(config: Config, target, draft_vocab=None) -> Drafter:
             head = target.model.get_output_embeddings().weight[drafter.draft_ids]
             drafter.lm_head.weight.copy_(head * scale.float())
     return drafter
+
+
+def default_mask_token(target) -> int:
+    """The token P-EAGLE's later steps read when the recipe names none: the tokenizer's mask token, else its pad
+    token, else its end-of-sequence token (the speculators trainer's order, without adding a token)."""
+    tokenizer = target.tokenizer
+    for name in ("mask_token_id", "pad_token_id", "eos_token_id"):
+        token = getattr(tokenizer, name, None)
+        if isinstance(token, int) and 0 <= token < target.vocab_size:
+            return token
+    raise DraftsmithError("peagle: the target's tokenizer has no mask, pad or end-of-sequence token; set "
+                          "drafter.mask_token_id to a token id of the target.")
 
 
 def _layer_config(target, config: Config, draft_vocab_size: int) -> LlamaConfig:

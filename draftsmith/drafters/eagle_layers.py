@@ -30,7 +30,7 @@ class DraftLayer(nn.Module):
     def __init__(self, layer_config: LlamaConfig, config: Config):
         super().__init__()
         c, H, eps = layer_config, layer_config.hidden_size, layer_config.rms_norm_eps
-        self.eagle3, self.norm_before_residual = config.variant == "eagle3", config.norm_before_residual
+        self.eagle3, self.norm_before_residual = config.variant != "eagle1", config.norm_before_residual
         self.head_dim, self.kv_groups = c.head_dim, c.num_attention_heads // c.num_key_value_heads
         width = 2 * H if self.eagle3 else H
         q_width, kv_width = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim

@@ -1,5 +1,5 @@
 """The decode-time view of an EAGLE drafter (`draftsmith.drafters.eagle`): what the decoder calls to draft a chain
-or an EAGLE-2 dynamic tree.
+or an EAGLE-2 dynamic tree; for P-EAGLE, every draft position as a row of the one forward that also catches up.
 
 The proposer keeps the drafter's keys/values for committed positions only (index t made from feature f_t and
 token x_{t+1}); each call crops them to what still matches `state.tokens`, runs the positions committed since,
@@ -51,10 +51,12 @@ class EagleProposer(CutsDrafts):
         return self.target.head(hidden.to(self.target.dtype))
 
     @torch.no_grad()
-    def _catch_up(self, state: DecodeState) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _catch_up(self, state: DecodeState, ahead: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Crop the cache to what still matches `state`, run the new committed positions; only committed
         positions are cached, so entries made from draft hiddens are always recomputed from real features.
-        Returns (output hidden [1, 1, H], next-token logits, position of the last index)."""
+        `ahead` (P-EAGLE): also run that many mask rows after them, in the same forward (each sees every
+        committed position and the mask rows before it; their keys are not cached).
+        Returns (output hidden [1, 1 + ahead, H], their logits [1 + ahead, N], position of the last index)."""
         tokens = state.tokens[0].cpu()
         length = tokens.numel()
         if length < 2:
@@ -65,16 +67,23 @@ class EagleProposer(CutsDrafts):
         features = {layer: state.features[layer][:, keep : length - 1].to(device) for layer in self.required_layers}
         ids = tokens[keep + 1 :][None].to(device)
         positions = torch.arange(keep, length - 1, device=device)[None]
-        n = length - 1 - keep
+        hidden = self.drafter.fuse(features)
+        if ahead:  # mask rows at the next positions: causal order is exactly what each may see
+            mask_ids, mask_hidden = self.drafter.mask_inputs(torch.zeros(1, ahead, dtype=torch.long, device=device))
+            ids, hidden = torch.cat([ids, mask_ids], 1), torch.cat([hidden, mask_hidden.to(hidden.dtype)], 1)
+            positions = torch.arange(keep, length - 1 + ahead, device=device)[None]
+        n = ids.shape[1]
         if keep == 0:  # the whole prompt (a new request): causal attention without an [n, n] mask
-            hidden, self.past = self.drafter.step(ids, self.drafter.fuse(features), positions, causal=True)
+            hidden, past = self.drafter.step(ids, hidden, positions, causal=True)
         else:
             past = (self.past[0][:, :, :keep], self.past[1][:, :, :keep])
             mask = torch.ones(n, keep + n, dtype=torch.bool, device=device).tril(keep)
-            hidden, self.past = self.drafter.step(ids, self.drafter.fuse(features), positions, past, mask)
+            hidden, past = self.drafter.step(ids, hidden, positions, past, mask)
+        committed = length - 1
+        self.past = (past[0][:, :, :committed], past[1][:, :, :committed]) if ahead else past
         self.cached = tokens.clone()
-        hidden = hidden[:, -1:]
-        return hidden, self.drafter.logits(hidden, self._head)[0, -1].float(), length - 2
+        hidden = hidden[:, -1 - ahead:]
+        return hidden, self.drafter.logits(hidden, self._head)[0].float(), length - 2
 
     @torch.no_grad()
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
@@ -83,6 +92,7 @@ class EagleProposer(CutsDrafts):
             tokens, parents, _ = self.tree(state, *shape.tree)
             return Draft(tokens, parents)
         hidden, logits, position = self._catch_up(state)
+        logits = logits[-1]
         past, drafted, probs = self.past, [], []
         rule = self.stopping_rule(shape.length)
         for i in range(shape.length):
@@ -111,6 +121,7 @@ class EagleProposer(CutsDrafts):
     def tree(self, state: DecodeState, depth: int, top_k: int, total_tokens: int):
         """EAGLE-2 dynamic tree: (tokens [n] target ids, parents [n], cumulative log-probs [n])."""
         root_hidden, logits, position = self._catch_up(state)
+        logits = logits[-1]
         slots, past = TreeSlots(), self.past
         hiddens = root_hidden  # slot s sits at s + 1; the root's output at 0
         committed = self.past[0].shape[2]
@@ -127,4 +138,51 @@ class EagleProposer(CutsDrafts):
             return torch.log_softmax(self.drafter.logits(out, self._head)[0].float(), -1).cpu()
 
         tokens, parents, scores = dynamic_tree(torch.log_softmax(logits, -1).cpu(), grow, depth, top_k, total_tokens)
+        return self.drafter.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores
+
+
+class ParallelEagleProposer(EagleProposer):
+    """P-EAGLE: a chain of k tokens (or a tree of depth k) from one drafter forward per verify pass, which runs the
+    positions committed since the last pass and k - 1 mask rows after them. Position j's distribution does not
+    depend on the tokens drafted before it, so a tree is built from the k distributions, as for Medusa heads."""
+
+    def __init__(self, drafter: Drafter, target, generator: torch.Generator | None = None):
+        super().__init__(drafter, target, generator)
+        self.longest_draft = drafter.config.ttt_steps  # the positions it was trained to draft
+
+    @torch.no_grad()
+    def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
+        if shape.tree is not None:
+            tokens, parents, _ = self.tree(state, *shape.tree)
+            return Draft(tokens, parents)
+        length = min(shape.length, self.longest_draft)
+        if length < 1:
+            return Draft(state.tokens[0, :0])
+        _, logits, _ = self._catch_up(state, ahead=length - 1)
+        drafted, probs = [], []
+        rule = self.stopping_rule(length)
+        for step_logits in logits:
+            if rule is not None and not rule.keep_step(step_logits):
+                break
+            token, q = self._choose(step_logits, sampling)
+            drafted.append(token)
+            probs.append(q)
+        tokens = torch.stack(drafted).cpu() if drafted else state.tokens[0, :0]
+        return Draft(tokens, probs=None if sampling.greedy or not drafted else torch.stack(probs).cpu())
+
+    @torch.no_grad()
+    def tree(self, state: DecodeState, depth: int, top_k: int, total_tokens: int):
+        """EAGLE-2's dynamic tree over the k per-position distributions: a child of a depth-d node is one of
+        position d's top tokens, whatever its parent. (tokens [n] target ids, parents [n], scores [n])."""
+        depth = min(depth, self.longest_draft)
+        _, logits, _ = self._catch_up(state, ahead=max(depth, 1) - 1)
+        log_probs = torch.log_softmax(logits, -1).cpu()
+        depth_of: dict[int, int] = {}
+
+        def grow(node_ids, _tokens, parent_ids):
+            depths = [1 if int(p) < 0 else depth_of[int(p)] + 1 for p in parent_ids]
+            depth_of.update({int(n): d for n, d in zip(node_ids, depths)})
+            return log_probs[depths]
+
+        tokens, parents, scores = dynamic_tree(log_probs[0], grow, depth, top_k, total_tokens)
         return self.drafter.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores

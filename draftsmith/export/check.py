@@ -55,12 +55,12 @@ def format_layer_id_range(fmt: str, num_target_layers: int) -> range:
 
 def detect_format(config: dict) -> str:
     """Which export format a config.json belongs to; clear error for anything else."""
-    if config.get("speculators_model_type") == "eagle3":
+    if config.get("speculators_model_type") in ("eagle3", "peagle"):  # peagle: EAGLE-3 + parallel drafting
         return "speculators"
     if "LlamaForCausalLMEagle3" in (config.get("architectures") or []):
         return "sglang"
     raise DraftsmithError(
-        "This folder is neither a speculators EAGLE-3 export (speculators_model_type 'eagle3') nor "
+        "This folder is neither a speculators EAGLE-3 export (speculators_model_type 'eagle3' or 'peagle') nor "
         "an SGLang EAGLE-3 export (architectures ['LlamaForCausalLMEagle3'])."
     )
 
@@ -80,6 +80,7 @@ SPECULATORS_KEYS = {"speculators_model_type", "architectures", "draft_vocab_size
                     "eagle_aux_hidden_state_layer_ids", "norm_before_residual", "transformer_layer_config",
                     "speculators_config"}
 SPECULATORS_OPTIONAL_KEYS = {"fc_norm", "norm_output"}  # EAGLE 3.1's flags, written when true
+PEAGLE_KEYS = {"mask_token_id"}  # what the peagle layout adds
 SGLANG_EXTRA_KEYS = {"draft_vocab_size", "target_hidden_size", "eagle_config"}
 WEIGHT_FILES = {"config.json", "model.safetensors"}
 CARD_FILES = {"README.md"}
@@ -152,14 +153,23 @@ def _check_unknown(keys, allowed: set[str], where: str, problems: Problems) -> N
 
 
 def _check_speculators_config(config: dict, problems: Problems) -> dict:
-    _check_unknown(config, SPECULATORS_KEYS | SPECULATORS_OPTIONAL_KEYS, "config.json", problems)
+    model_type = config.get("speculators_model_type")
+    parallel = model_type == "peagle"
+    _check_unknown(config, SPECULATORS_KEYS | SPECULATORS_OPTIONAL_KEYS | (PEAGLE_KEYS if parallel else set()),
+                   "config.json", problems)
+    if parallel:
+        vocab = ((config.get("transformer_layer_config") or {}).get("vocab_size")) or 0
+        token = config.get("mask_token_id")
+        problems.need(isinstance(token, int) and 0 <= token < vocab,
+                      f"mask_token_id must be a token id of the target's vocabulary, got {token!r}")
     for key in sorted(SPECULATORS_KEYS):
         problems.need(key in config, f"config.json has no '{key}'")
     problems.need(isinstance(config.get("norm_before_residual"), bool),
                   "norm_before_residual must be written explicitly as true/false (vLLM defaults it to true)")
     problems.need(bool(config.get("architectures")), "architectures is empty")
     spec = config.get("speculators_config") or {}
-    problems.need(spec.get("algorithm") == "eagle3", "speculators_config.algorithm must be 'eagle3'")
+    problems.need(spec.get("algorithm") == model_type,
+                  f"speculators_config.algorithm must be '{model_type}' (the speculators_model_type)")
     methods = spec.get("proposal_methods") or []
     if problems.need(bool(methods), "speculators_config.proposal_methods is empty"):
         first = methods[0]
@@ -263,6 +273,7 @@ def _expected_shapes(fmt: str, config: dict, layer: dict) -> dict[str, tuple[int
         "d2t": (draft_vocab,),
         "t2d": (vocab,),
         **({f"fc_norm.{i}.weight": (target_hidden,) for i in range(3)} if config.get("fc_norm") else {}),
+        **({"mask_hidden": (1, 1, 3 * target_hidden)} if config.get("speculators_model_type") == "peagle" else {}),
     }
 
 

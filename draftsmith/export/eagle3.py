@@ -1,9 +1,10 @@
-"""EAGLE-3 exports: a trained EAGLE-3 drafter in the folder layouts serving engines load.
+"""EAGLE-3 exports: a trained EAGLE-3 (or P-EAGLE) drafter in the folder layouts serving engines load.
 
 Formats (DESIGN §4):
 - `speculators`: the vLLM / speculators layout (`speculators_model_type: "eagle3"`,
   `transformer_layer_config`, `speculators_config`; weights `fc`, `layers.0.*`, `norm`, `lm_head`,
-  `d2t`, `t2d`);
+  `d2t`, `t2d`); a P-EAGLE drafter as `speculators_model_type: "peagle"` with `mask_token_id` and the
+  `mask_hidden` weight (vLLM serves it as EAGLE-3 with parallel drafting);
 - `sglang`: SGLang's native EAGLE-3 layout (a LlamaConfig with `LlamaForCausalLMEagle3`,
   `eagle_config`; weights `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`, `t2d`; no embedding).
 
@@ -93,6 +94,11 @@ class Eagle3Checkpoint:
         return bool(self.options.get("norm_before_residual", False))
 
     @property
+    def parallel(self) -> bool:
+        """P-EAGLE: every draft position from one forward (the speculators `peagle` layout)."""
+        return self.options.get("variant") == "peagle"
+
+    @property
     def eagle31(self) -> dict[str, bool]:
         """EAGLE 3.1's two flags (fc_norm, norm_output), as the checkpoint trained them."""
         return {key: bool(self.options.get(key, False)) for key in EAGLE31_OPTIONS}
@@ -135,11 +141,11 @@ def read_checkpoint(folder: str | Path, target_name: str | None = None) -> Eagle
         )
     meta = json.loads(config_path.read_text())
     kind, options = meta.get("draftsmith_kind"), meta.get("config") or {}
-    if kind != "eagle" or options.get("variant") != "eagle3":
+    if kind != "eagle" or options.get("variant") not in ("eagle3", "peagle"):
         raise DraftsmithError(
             f"Checkpoint '{folder}' is a '{kind}' drafter (variant '{options.get('variant')}'). `draftsmith export` "
-            "writes speculators and SGLang folders for EAGLE-3 drafters only so far; other kinds add their "
-            "formats to this command as they are supported."
+            "writes speculators and SGLang folders of EAGLE-3 and P-EAGLE drafters here; other kinds have their own "
+            "writers (see `draftsmith export --help`)."
         )
     layer = meta.get("transformer_layer_config") or {}
     missing = [k for k in DRAFTSMITH_LAYER_KEYS + ("vocab_size", "hidden_size") if layer.get(k) is None]
@@ -162,10 +168,16 @@ def _training_target(folder: Path) -> str | None:
 
 # --------------------------------------------------------------------------- writers
 def speculators_config(ckpt: Eagle3Checkpoint, speculative_tokens: int) -> dict:
-    """config.json of the speculators (vLLM) EAGLE-3 format."""
+    """config.json of the speculators (vLLM) EAGLE-3 format, or its P-EAGLE form (`peagle`, `mask_token_id`)."""
+    algorithm = "peagle" if ckpt.parallel else "eagle3"
+    if ckpt.parallel and speculative_tokens > int(ckpt.options["ttt_steps"]):
+        raise DraftsmithError(
+            f"This P-EAGLE drafter was trained to draft {ckpt.options['ttt_steps']} positions in parallel; "
+            f"--speculative-tokens {speculative_tokens} would ask it for positions it never learned.")
     return {
-        "speculators_model_type": "eagle3",
-        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": algorithm,
+        "architectures": ["PEagleSpeculator" if ckpt.parallel else "Eagle3Speculator"],
+        **({"mask_token_id": int(ckpt.options["mask_token_id"])} if ckpt.parallel else {}),
         "draft_vocab_size": ckpt.draft_vocab_size,
         "target_hidden_size": ckpt.target_hidden_size,
         "eagle_aux_hidden_state_layer_ids": to_format_layer_ids("speculators", ckpt.target_layers),
@@ -174,7 +186,7 @@ def speculators_config(ckpt: Eagle3Checkpoint, speculative_tokens: int) -> dict:
         **{key: True for key, on in ckpt.eagle31.items() if on},  # EAGLE 3.1: the library reads both flags
         "transformer_layer_config": ckpt.layer_config(),
         "speculators_config": {
-            "algorithm": "eagle3",
+            "algorithm": algorithm,
             "default_proposal_method": "greedy",
             "proposal_methods": [{
                 "proposal_type": "greedy",
@@ -196,6 +208,11 @@ def sglang_config(ckpt: Eagle3Checkpoint, speculative_tokens: int) -> dict:
             "does not implement (it would load and silently compute something else). Export it with "
             "--format speculators for vLLM instead."
         )
+    if ckpt.parallel:
+        raise DraftsmithError(
+            "This is a P-EAGLE drafter (drafter.variant=peagle). SGLang's EAGLE-3 layer drafts one position per "
+            "forward and would read it as a plain EAGLE-3 drafter, never using its mask inputs. Export it with "
+            "--format speculators (vLLM serves it with parallel drafting).")
     if any(ckpt.eagle31.values()):
         raise DraftsmithError(
             "This drafter was trained as EAGLE 3.1 (drafter.fc_norm / norm_output), which SGLang's EAGLE-3 layer "
@@ -278,6 +295,7 @@ def from_format(config: dict, tensors: dict[str, torch.Tensor]) -> tuple[str, di
     The meta lacks `target_num_layers` (engines take it from the target); `draftsmith.export.readers` fills it in.
     """
     fmt = detect_format(config)
+    parallel = config.get("speculators_model_type") == "peagle"
     if fmt == "speculators":
         layer, ids = config["transformer_layer_config"], config.get("eagle_aux_hidden_state_layer_ids")
         verifier = (config.get("speculators_config") or {}).get("verifier") or {}
@@ -294,6 +312,8 @@ def from_format(config: dict, tensors: dict[str, torch.Tensor]) -> tuple[str, di
         refused.append("attention or MLP biases")
     if not isinstance(ids, list) or not ids:
         refused.append("no aux hidden-state layer ids (engines would fall back to other layers)")
+    if parallel and not isinstance(config.get("mask_token_id"), int):
+        refused.append("a P-EAGLE layout without mask_token_id (the token its later positions read)")
     if refused:
         raise DraftsmithError(f"This {fmt} EAGLE-3 folder uses {'; '.join(refused)}, which draftsmith's EAGLE-3 "
                               "drafter does not compute.")
@@ -305,14 +325,24 @@ def from_format(config: dict, tensors: dict[str, torch.Tensor]) -> tuple[str, di
                  target_hidden_size=int(config.get("target_hidden_size") or layer["hidden_size"]))
     meta = {
         "draftsmith_kind": "eagle",
-        "config": {"variant": "eagle3", "layers": from_format_layer_ids(fmt, ids),
+        "config": {"variant": "peagle" if parallel else "eagle3", "layers": from_format_layer_ids(fmt, ids),
                    "norm_before_residual": bool(config.get("norm_before_residual", False)),
-                   **{key: bool(config.get(key, False)) for key in EAGLE31_OPTIONS}},
+                   **{key: bool(config.get(key, False)) for key in EAGLE31_OPTIONS},
+                   **({"mask_token_id": config["mask_token_id"], "ttt_steps": _speculative_tokens(config)}
+                      if parallel else {})},
         "transformer_layer_config": layer,
         "target_name": verifier.get("name_or_path"),
         "target_architectures": verifier.get("architectures", []),
     }
     return fmt, meta, tensors
+
+
+def _speculative_tokens(config: dict) -> int:
+    """The draft length a speculators config's default proposal names (P-EAGLE: the positions one forward drafts)."""
+    spec = config.get("speculators_config") or {}
+    methods = {m.get("proposal_type"): m for m in spec.get("proposal_methods") or []}
+    method = methods.get(spec.get("default_proposal_method")) or next(iter(methods.values()), {})
+    return int(method.get("speculative_tokens") or 1)
 
 
 def _rope_parameters(layer: dict) -> dict | None:
@@ -360,7 +390,8 @@ def check_round_trip(ckpt: Eagle3Checkpoint, folder: Path, embedding: torch.Tens
     problems.need((stored is None) == (embedding is None) and (embedding is None or torch.equal(stored, embedding)),
                   "embed_tokens.weight is not the target's embedding" if embedding is not None else
                   "embed_tokens.weight was written without --include-embedding")
-    for key in ("variant", "layers", "norm_before_residual", *EAGLE31_OPTIONS):
+    for key in ("variant", "layers", "norm_before_residual", *EAGLE31_OPTIONS,
+                *(("mask_token_id",) if ckpt.parallel else ())):
         problems.need(meta["config"][key] == ckpt.options.get(key, False),
                       f"config.{key} reads back as {meta['config'][key]!r}, the checkpoint has {ckpt.options.get(key)!r}")
     back = meta["transformer_layer_config"]
@@ -385,6 +416,8 @@ def write(checkpoint: str | Path, fmt: str, staging: Path, options) -> CardFacts
         ckpt.folder, options.eval_results, lambda r: results_match(r, ckpt.target_layers, ckpt.draft_vocab_size),
         f"reads layers {ckpt.target_layers} with a {ckpt.draft_vocab_size}-token draft vocabulary")
     speculative_tokens = options.speculative_tokens or _measured_draft_length(results) or 3
+    if ckpt.parallel and not options.speculative_tokens:  # a default never asks for positions it was not trained on
+        speculative_tokens = min(speculative_tokens, int(ckpt.options["ttt_steps"]))
     facts = card_facts(ckpt, fmt, options.repo_id or str(options.out), speculative_tokens, options.license)
     facts.results, facts.results_source = results, str(results_path) if results_path else None
     embedding = target_embedding(ckpt, fmt) if options.include_embedding else None
@@ -444,6 +477,7 @@ class CardFacts(card.SharedFacts):
     parameters: int
     speculative_tokens: int
     embedding_included: bool = False
+    parallel: bool = False
 
 
 def card_facts(ckpt: Eagle3Checkpoint, fmt: str, model_ref: str, speculative_tokens: int, license: str | None):
@@ -455,7 +489,7 @@ def card_facts(ckpt: Eagle3Checkpoint, fmt: str, model_ref: str, speculative_tok
         draft_vocab_size=ckpt.draft_vocab_size, target_vocab_size=ckpt.target_vocab_size,
         hidden_size=int(ckpt.layer["hidden_size"]),
         parameters=sum(t.numel() for n, t in drafter_tensors(ckpt).items() if n not in ("d2t", "t2d")),
-        speculative_tokens=speculative_tokens,
+        speculative_tokens=speculative_tokens, parallel=ckpt.parallel,
         license=license or dict(HUB_IDS.values()).get(name),
         training=card.find_training_info(ckpt.folder),
     )
@@ -463,7 +497,8 @@ def card_facts(ckpt: Eagle3Checkpoint, fmt: str, model_ref: str, speculative_tok
 
 def _serving_section(facts: CardFacts) -> str:
     k = facts.speculative_tokens
-    vllm_config = json.dumps({"method": "eagle3", "model": facts.model_ref, "num_speculative_tokens": k})
+    method = {"method": "eagle3", "parallel_drafting": True} if facts.parallel else {"method": "eagle3"}
+    vllm_config = json.dumps({**method, "model": facts.model_ref, "num_speculative_tokens": k})
     vllm = f"vllm serve {facts.verifier} \\\n  --speculative-config '{vllm_config}'"
     sglang = (f"python -m sglang.launch_server --model-path {facts.verifier} \\\n"
               f"  --speculative-algorithm EAGLE3 --speculative-draft-model-path {facts.model_ref} \\\n"
@@ -486,11 +521,14 @@ def render_card(facts: CardFacts) -> str:
     shift = "+1, vLLM collects the stream entering a layer" if facts.fmt == "speculators" else \
         "unchanged, SGLang adds 1 itself"
     about = [
-        f"# EAGLE-3 drafter for {facts.verifier}", "",
+        f"# {'P-EAGLE' if facts.parallel else 'EAGLE-3'} drafter for {facts.verifier}", "",
         f"A speculative-decoding drafter trained with draftsmith for `{facts.verifier}`: "
         "one decoder layer reads the target's hidden states from three layers plus the last token and drafts the "
         "next tokens, which the target verifies in one pass. Output is identical to the target's own decoding; "
         "only the speed changes.", "",
+        *(["P-EAGLE (parallel drafting): the positions after the first read a mask token and a learned mask hidden "
+           "instead of the tokens drafted before them, so one drafter forward drafts all "
+           f"{facts.speculative_tokens} tokens.", ""] if facts.parallel else []),
         "| | |", "|---|---|",
         f"| target layers read (output of 0-based layer) | {', '.join(map(str, facts.target_layers))} |",
         f"| `eagle_aux_hidden_state_layer_ids` in config.json | {facts.format_layer_ids} ({shift}) |",
@@ -506,7 +544,7 @@ def render_card(facts: CardFacts) -> str:
     elif facts.fmt == "speculators":
         about += ["No embedding is stored: vLLM shares the target's. To fine-tune this folder with the speculators "
                   "library without the verifier at hand, export again with `--include-embedding`.", ""]
-    tags = ["speculative-decoding", "eagle3", "draftsmith", facts.fmt, "vllm" if facts.fmt == "speculators" else "sglang"]
+    tags = ["speculative-decoding", "peagle" if facts.parallel else "eagle3", "draftsmith", facts.fmt, "vllm" if facts.fmt == "speculators" else "sglang"]
     return "\n".join([card.front_matter(tags, facts.verifier, facts.verifier_is_hub_id, facts.license),
                       "\n".join(about), card.training_section(facts.training),
                       card.results_section(facts.results, facts.results_source, facts.plots),

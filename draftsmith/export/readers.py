@@ -2,8 +2,8 @@
 
 Layouts, told apart by config.json alone (`detect`):
 - `draftsmith`: our own folder (`draftsmith_kind`), any kind;
-- `speculators-eagle3`, `speculators-dflash`, `speculators-dspark`, `speculators-mtp`: the speculators library's
-  layouts, which vLLM loads (`speculators_model_type`);
+- `speculators-eagle3`, `speculators-peagle`, `speculators-dflash`, `speculators-dspark`, `speculators-mtp`: the
+  speculators library's layouts, which vLLM loads (`speculators_model_type`);
 - `sglang-eagle3`: SGLang's native EAGLE-3 (`architectures: [LlamaForCausalLMEagle3]`);
 - `dflash-reference`: the DFlash reference's `DFlashDraftModel`;
 - `vllm-medusa`: vLLM's Medusa (`model_type: medusa`; a Medusa-2 export adds its tuned target in `target/`);
@@ -36,10 +36,11 @@ from draftsmith.drafters import FolderContents, kind_module
 from draftsmith.errors import DraftsmithError
 from draftsmith.export.check import from_format_layer_ids
 
-READABLE = ("draftsmith folders (config.json with draftsmith_kind), speculators eagle3 / dflash / dspark / mtp "
+READABLE = ("draftsmith folders (config.json with draftsmith_kind), speculators eagle3 / peagle / dflash / dspark / mtp "
             "(speculators_model_type), SGLang EAGLE-3 (architectures LlamaForCausalLMEagle3), the DFlash reference "
             "(DFlashDraftModel), vLLM Medusa (model_type medusa) and Hugging Face causal LMs (draft models)")
-LAYOUT_KINDS = {"speculators-eagle3": "eagle", "sglang-eagle3": "eagle", "speculators-dflash": "dflash",
+LAYOUT_KINDS = {"speculators-eagle3": "eagle", "speculators-peagle": "eagle", "sglang-eagle3": "eagle",
+                "speculators-dflash": "dflash",
                 "speculators-dspark": "dflash", "dflash-reference": "dflash", "speculators-mtp": "mtp",
                 "vllm-medusa": "medusa", "hf": "draft_lm"}
 """layout -> the draftsmith kind it reads as (`draftsmith` folders name their own)"""
@@ -66,7 +67,7 @@ def detect(config: dict, folder: Path | str = "this folder") -> str:
         kind_module(config["draftsmith_kind"])  # an unknown kind fails here, with the known ones listed
         return "draftsmith"
     special = config.get("speculators_model_type")
-    if special in ("eagle3", "dflash", "dspark", "mtp"):
+    if special in ("eagle3", "peagle", "dflash", "dspark", "mtp"):
         return f"speculators-{special}"
     architectures = config.get("architectures") or []
     if special is None and "LlamaForCausalLMEagle3" in architectures:
@@ -143,12 +144,13 @@ def _facts(layout: str, config: dict) -> dict:
     verifier = (config.get("speculators_config") or {}).get("verifier") or {}
     if layout == "draftsmith":
         return _draftsmith_facts(config)
-    if layout in ("speculators-eagle3", "sglang-eagle3"):
-        speculators = layout == "speculators-eagle3"
+    if layout in ("speculators-eagle3", "speculators-peagle", "sglang-eagle3"):
+        speculators = layout != "sglang-eagle3"
         layer = _whole(config["transformer_layer_config"] if speculators else config, "llama")
         ids = config.get("eagle_aux_hidden_state_layer_ids") if speculators else \
             (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-        return {"variant": "eagle3", "hidden_size": config.get("target_hidden_size") or layer["hidden_size"],
+        return {"variant": "peagle" if layout == "speculators-peagle" else "eagle3",
+                "hidden_size": config.get("target_hidden_size") or layer["hidden_size"],
                 "vocab_size": layer["vocab_size"], "draft_vocab_size": config.get("draft_vocab_size"),
                 "layers": from_format_layer_ids("speculators" if speculators else "sglang", ids) if ids else [],
                 "target_name": verifier.get("name_or_path")}
@@ -268,7 +270,14 @@ def _eagle3(config: dict, tensors: dict, target) -> tuple[dict, dict]:
 
     _, meta, tensors = eagle3.from_format(config, tensors)
     meta["transformer_layer_config"]["target_num_layers"] = target.num_layers
-    _drop_copy(tensors, "embed_tokens.weight", target.model.get_input_embeddings().weight, "input embedding")
+    try:
+        _drop_copy(tensors, "embed_tokens.weight", target.model.get_input_embeddings().weight, "input embedding")
+    except DraftsmithError:
+        if meta["config"]["variant"] != "peagle":
+            raise
+        raise DraftsmithError("This P-EAGLE folder stores an input embedding of its own (the speculators trainer "
+                              "trains P-EAGLE's embedding); draftsmith's P-EAGLE drafter reads the target's frozen "
+                              "embedding, so it cannot compute what this folder computes.") from None
     rows, vocab = meta["transformer_layer_config"]["draft_vocab_size"], target.vocab_size
     if "d2t" not in tensors and rows == vocab:  # a head over the whole vocabulary maps rows to themselves
         tensors.update(d2t=torch.zeros(rows, dtype=torch.long), t2d=torch.ones(vocab, dtype=torch.bool))
@@ -313,7 +322,7 @@ def _medusa(config: dict, tensors: dict, target) -> tuple[dict, dict]:
     return medusa.from_format(config, tensors, target.num_layers)
 
 
-CONVERTERS = {"speculators-eagle3": _eagle3, "sglang-eagle3": _eagle3, "speculators-dflash": _dflash_speculators,
+CONVERTERS = {"speculators-eagle3": _eagle3, "speculators-peagle": _eagle3, "sglang-eagle3": _eagle3, "speculators-dflash": _dflash_speculators,
               "speculators-dspark": _dflash_speculators, "dflash-reference": _dflash_reference,
               "speculators-mtp": _mtp, "vllm-medusa": _medusa}
 """layout -> (config.json, tensors, target) -> (a draftsmith folder's config.json, tensors in our names)"""

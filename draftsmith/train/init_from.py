@@ -24,7 +24,7 @@ from draftsmith.drafters import kind_module, target_info
 from draftsmith.errors import DraftsmithError
 
 ARCHITECTURE = {
-    "eagle": ("variant", "layers", "intermediate_size", "norm_before_residual"),
+    "eagle": ("variant", "layers", "intermediate_size", "norm_before_residual", "fc_norm", "norm_output", "mask_token_id"),
     "medusa": ("num_heads", "num_layers", "lora_rank", "lora_alpha", "lora_target_modules"),
     "mtp": ("shared",),  # plus num_modules when the modules are separate (`architecture_keys`)
     "dflash": ("variant", "block_size", "num_layers", "num_target_layers", "target_layer_ids", "mask_token_id",
