@@ -4,7 +4,7 @@ so training's steps equal the rows of the one forward that drafts at decode time
 import pytest
 import torch
 
-from draftsmith.drafters import DecodeState, DraftShape, Sampling
+from draftsmith.drafters import DraftShape, Sampling
 from draftsmith.drafters import eagle
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.decoder import plain_generate, speculative_generate
