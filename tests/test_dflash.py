@@ -82,13 +82,14 @@ def by_hand(drafter, target, context_features, block_ids, anchor):
 
 
 @pytest.mark.parametrize("vocab_size", [None, 64], ids=["full", "draft-vocab"])
-@pytest.mark.parametrize("loss", ["forward_kl", "lk"])
-def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, vocab_size, loss):
+@pytest.mark.parametrize("loss,weighting", [("forward_kl", "decay"), ("lk", "decay"), ("lk", "dpace")])
+def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, vocab_size, loss, weighting):
     """Over a draft vocabulary: the drafter's own head, labels renormalised over its rows, accuracy against the
-    target's argmax over the whole vocabulary."""
+    target's argmax over the whole vocabulary. D-PACE: each block's weights from the drafter's confidences there."""
     target = frozen(tiny_qwen3)
     vocab = draft_vocab(size=vocab_size) if vocab_size else None
-    drafter = make(target, vocab=vocab, block_size=4, num_layers=2, gamma=2.0, loss=loss)
+    drafter = make(target, vocab=vocab, block_size=4, num_layers=2, gamma=2.0, loss=loss,
+                   position_weighting=weighting, dpace_alpha=0.3)
     ids = vocab.t2d.nonzero().flatten() if vocab else torch.arange(target.vocab_size)
     head = drafter.lm_head.weight if vocab else target.model.lm_head.weight
     batch = batch_for(target, drafter)
@@ -105,11 +106,16 @@ def test_loss_equals_the_definition_computed_by_hand(tiny_qwen3, vocab_size, los
             block = torch.tensor([int(batch["input_ids"][row, anchor])] + [drafter.mask_token_id] * 3)
             hidden = by_hand(drafter, target, context[row, :anchor], block, anchor)
             log_q = torch.log_softmax(hidden @ head.T, -1)
-            for k in (1, 2, 3):
-                if anchor + k < 20:  # every position from 5 on is loss-masked
-                    ce[k].append(by_hand_loss(loss, p[row, anchor + k - 1], log_q[k]))
-                    hits[k].append(float(ids[log_q[k].argmax()] == best[row, anchor + k - 1]))
-        total = sum(torch.exp(torch.tensor(-(k - 1) / 2.0)) * torch.stack(ce[k]).mean() for k in (1, 2, 3))
+            counted = [k for k in (1, 2, 3) if anchor + k < 20]  # every position from 5 on is loss-masked
+            # D-PACE: w_k = sum over counted j >= k of prod_{i <= j} (0.7 exp(-CE_i) + 0.3)
+            smooth = {k: 0.7 * torch.exp((p[row, anchor + k - 1] * log_q[k]).sum()) + 0.3 for k in counted}
+            reach = {j: torch.stack([smooth[i] for i in counted if i <= j]).prod() for j in counted}
+            for k in counted:
+                decay = torch.exp(torch.tensor(-(k - 1) / 2.0))
+                weight = sum(reach[j] for j in counted if j >= k) if weighting == "dpace" else decay
+                ce[k].append(weight * by_hand_loss(loss, p[row, anchor + k - 1], log_q[k]))
+                hits[k].append(float(ids[log_q[k].argmax()] == best[row, anchor + k - 1]))
+        total = sum(torch.stack(ce[k]).mean() for k in (1, 2, 3))
     torch.testing.assert_close(value, total, rtol=1e-4, atol=1e-5)
     for k in (1, 2, 3):
         assert metrics[f"acc_{k - 1}"] == pytest.approx(sum(hits[k]) / len(hits[k]))

@@ -65,6 +65,12 @@ class Config(LossOptions):
     """training blocks per sequence, anchors drawn inside loss-masked spans"""
     gamma: float | None = None
     """position weight w_k = exp(-(k-1)/gamma); null: 7 for B >= 16, else 4 (the DFlash paper's values)"""
+    position_weighting: str = "decay"
+    """decay: the fixed weights w_k above; dpace: D-PACE, each block's weights from the drafter's own confidence
+    there (w_k = sum over counted j >= k of prod_{i <= j} ((1 - dpace_alpha) c_i + dpace_alpha), c_i = exp(-cross
+    entropy) at position i, held constant), so a position weighs what the accepted runs through it are worth"""
+    dpace_alpha: float = 0.5
+    """D-PACE: smoothing of the confidences (1 = every weight is the number of counted positions from k on)"""
     mask_token_id: int | None = None
     """MASK id; null: the tokenizer's mask token, else an id no text maps to (written into the config)"""
     anchor_seed: int = 0
@@ -99,6 +105,10 @@ class Config(LossOptions):
             raise DraftsmithError(f"drafter.markov_rank must be at least 1 for variant dspark, got {self.markov_rank}.")
         if self.confidence_weight < 0:
             raise DraftsmithError(f"drafter.confidence_weight must be >= 0, got {self.confidence_weight}.")
+        if self.position_weighting not in ("decay", "dpace"):
+            raise DraftsmithError(f"drafter.position_weighting must be decay or dpace, got {self.position_weighting!r}.")
+        if not 0.0 <= self.dpace_alpha <= 1.0:
+            raise DraftsmithError(f"drafter.dpace_alpha must be in [0, 1], got {self.dpace_alpha}.")
         if self.attention not in ("auto", "sdpa", "flex"):
             raise DraftsmithError(f"drafter.attention must be auto, sdpa or flex, got {self.attention!r}.")
 
@@ -255,14 +265,15 @@ class Drafter(nn.Module):
         return anchors.to(loss_mask.device)
 
     def forward(self, batch: dict, target_head, anchors: torch.Tensor | None = None):
-        """sum_k w_k CE_k against the target's distribution at a+k-1; loss_j / acc_j for block position k = j+1."""
+        """sum_k mean over blocks of w_k loss_k against the target's distribution at a+k-1 (w_k fixed, or D-PACE's
+        per block); loss_j / acc_j for block position k = j+1."""
         ids, loss_mask = batch["input_ids"], batch["loss_mask"].bool()
         if anchors is None:
             anchors = self.sample_anchors(ids, loss_mask, batch.get("sample_ids"))
         used = anchors >= 0
         hidden = self.block_hidden(ids, batch["features"], anchors.clamp(min=0))
         last = batch["features"][self.sizes["num_target_layers"] - 1]
-        total, metrics = hidden.new_zeros((), dtype=torch.float32), {}
+        total, metrics, pieces = hidden.new_zeros((), dtype=torch.float32), {}, []
         for k, weight in enumerate(self.config.position_weights(), start=1):
             label_at = anchors.clamp(min=0) + k
             counted = used & (label_at < ids.shape[1])
@@ -278,8 +289,9 @@ class Drafter(nn.Module):
             log_q = torch.log_softmax(logits, -1)
             with torch.no_grad():  # over a draft vocabulary: the target's distribution renormalised over its rows
                 p, best = soft_labels(target_head, last[rows[0], label_at[rows] - 1], self.draft_ids)
-            position_loss = distribution_loss(self.config.loss, log_q, p, eta=self.config.loss_eta).mean()
-            total = total + weight * position_loss
+            element = distribution_loss(self.config.loss, log_q, p, eta=self.config.loss_eta)
+            position_loss = element.mean()
+            pieces.append((k, rows, element, weight, -(p * log_q.detach()).sum(-1)))
             matched = (self.to_target(log_q.argmax(-1)) == best).float()
             metrics[f"loss_{k - 1}"] = float(position_loss.detach())
             metrics[f"acc_{k - 1}"] = float(matched.mean())
@@ -288,8 +300,25 @@ class Drafter(nn.Module):
                 total = total + self.config.confidence_weight * bce
                 metrics[f"confidence_loss_{k - 1}"] = float(bce.detach())
                 metrics[f"confidence_{k - 1}"] = float(torch.sigmoid(confidence.detach()).mean())
+        for (k, rows, element, weight, _), weights in zip(pieces, self._dpace_weights(pieces, anchors.shape)):
+            total = total + (element * (weight if weights is None else weights)).mean()
         metrics["loss"] = float(total.detach())
         return total, metrics
+
+    @torch.no_grad()
+    def _dpace_weights(self, pieces: list, shape: torch.Size) -> list[torch.Tensor | None]:
+        """Per piece (block position k, its blocks), D-PACE's weight of each block there; None with fixed weights."""
+        if self.config.position_weighting != "dpace":
+            return [None] * len(pieces)
+        alpha = self.config.dpace_alpha
+        smooth = torch.ones(*shape, self.config.block_size - 1)  # uncounted positions multiply by 1
+        counted = torch.zeros_like(smooth)
+        for k, rows, _, _, cross_entropy in pieces:
+            smooth[rows[0].cpu(), rows[1].cpu(), k - 1] = (1 - alpha) * torch.exp(-cross_entropy.float().cpu()) + alpha
+            counted[rows[0].cpu(), rows[1].cpu(), k - 1] = 1.0
+        reach = torch.cumprod(smooth, -1) * counted  # the smoothed chance an accepted run gets through position j
+        weights = reach.flip(-1).cumsum(-1).flip(-1)  # what all counted positions from k on are worth
+        return [weights[rows[0].cpu(), rows[1].cpu(), k - 1].to(element.device) for k, rows, element, _, _ in pieces]
 
     def loss(self, batch: dict, target_head) -> tuple[torch.Tensor, dict[str, float]]:
         """The training loss and metrics (calls `forward`, so wrappers such as DDP see the call)."""
