@@ -146,7 +146,8 @@ def test_speculators_computes_our_peagle_export_exactly(peagle_exported, tmp_pat
     results = peagle_parity(*peagle_exported)
     assert all(r["steps"] == STEPS and r["pairs"] > 2 * sequences.shape[1] for r in results), results
     assert all(r["argmax_agreement"] == 1.0 and r["max_abs_difference"] < 1e-3 for r in results), results
-    assert "parallel_drafting" in (out / "README.md").read_text()
+    card = (out / "README.md").read_text()
+    assert "parallel_drafting" in card and "--format sglang" not in card and "no SGLang export" in card
     with pytest.raises(ex.DraftsmithError, match="P-EAGLE"):
         ex.export(out.parent / "best", "sglang", tmp_path / "sg", verifier=target.name)
     with pytest.raises(ex.DraftsmithError, match="trained to draft 3 positions"):

@@ -507,6 +507,10 @@ def _serving_section(facts: CardFacts) -> str:
     other_fmt = "sglang" if facts.fmt == "speculators" else "speculators"
     lines = ["## Serving", "", f"This folder is in the **{facts.fmt}** format, which {native} loads.", ""]
     first, second = (vllm, sglang) if facts.fmt == "speculators" else (sglang, vllm)
+    if facts.parallel:  # no SGLang layout computes P-EAGLE (`--format sglang` refuses it)
+        lines += ["```bash", first, "```", "", "SGLang's EAGLE-3 layer drafts one position per forward; there is no "
+                  "SGLang export of a P-EAGLE drafter."]
+        return "\n".join(lines) + "\n"
     lines += ["```bash", first, "```", "",
               f"For {other}, export the same checkpoint with `draftsmith export CHECKPOINT --format {other_fmt}` "
               f"and point this command at that folder:", "", "```bash",
