@@ -155,8 +155,9 @@ def test_speculators_computes_our_peagle_export_exactly(peagle_exported, tmp_pat
 
 
 def test_peagle_misreadings_fail_the_harness_and_the_validator(peagle_exported, tmp_path):
-    """Another mask token fails the harness; a folder without mask_hidden, which the library loads with a random
-    one and no warning, fails the harness and our validator; the folder reads back as the drafter we trained."""
+    """Another mask token fails the harness; a folder without mask_hidden, which the library loads without a word
+    (its mask_hidden is then whatever the allocation held: random, or by chance a freed copy of ours, so the harness
+    cannot be relied on to tell), is refused by our validator; the folder reads back as the drafter we trained."""
     from draftsmith.export import readers
     from draftsmith.export.check import validate_export
 
@@ -167,7 +168,7 @@ def test_peagle_misreadings_fail_the_harness_and_the_validator(peagle_exported, 
     shutil.copytree(out, tmp_path / "bare")
     tensors = load_file(str(out / "model.safetensors"))
     save_file({k: v for k, v in tensors.items() if k != "mask_hidden"}, str(tmp_path / "bare" / "model.safetensors"))
-    assert max(r["max_abs_difference"] for r in peagle_parity(target, drafter, tmp_path / "bare", sequences)) > 1e-2
+    assert peagle_parity(target, drafter, tmp_path / "bare", sequences[:1])[0]["pairs"] > 0  # loads and computes
     with pytest.raises(ex.DraftsmithError, match="no 'mask_hidden'"):
         validate_export(tmp_path / "bare")
     proposer = readers.load_proposer(out, target)
