@@ -15,7 +15,7 @@ import torch
 
 from draftsmith.cost import OPEN_CHAIN_REACH, CutsDrafts
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, shared_prefix
-from draftsmith.drafters.tree import TreeSlots, dynamic_tree
+from draftsmith.drafters.tree import TreeSlots, dynamic_tree, per_position_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
 
@@ -176,13 +176,5 @@ class ParallelEagleProposer(EagleProposer):
         position d's top tokens, whatever its parent. (tokens [n] target ids, parents [n], scores [n])."""
         depth = min(depth, self.longest_draft)
         _, logits, _ = self._catch_up(state, ahead=max(depth, 1) - 1)
-        log_probs = torch.log_softmax(logits, -1).cpu()
-        depth_of: dict[int, int] = {}
-
-        def grow(node_ids, _tokens, parent_ids):
-            depths = [1 if int(p) < 0 else depth_of[int(p)] + 1 for p in parent_ids]
-            depth_of.update({int(n): d for n, d in zip(node_ids, depths)})
-            return log_probs[depths]
-
-        tokens, parents, scores = dynamic_tree(log_probs[0], grow, depth, top_k, total_tokens)
+        tokens, parents, scores = per_position_tree(torch.log_softmax(logits, -1).cpu(), depth, top_k, total_tokens)
         return self.drafter.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores

@@ -40,7 +40,7 @@ from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder, save_folder,
     soft_labels, target_info,
 )
-from draftsmith.drafters.tree import dynamic_tree
+from draftsmith.drafters.tree import per_position_tree
 from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
@@ -434,14 +434,7 @@ class MedusaProposer(CutsDrafts):
         log_probs = [torch.log_softmax(self.drafter.head(i, feature), -1).cpu() for i in range(depth)]
         if self.static:
             return self.static_draft(log_probs, top_k, total_tokens)
-        depth_of: dict[int, int] = {}
-
-        def grow(node_ids, _tokens, parent_ids):
-            depths = [1 if int(p) < 0 else depth_of[int(p)] + 1 for p in parent_ids]
-            depth_of.update({int(n): d for n, d in zip(node_ids, depths)})
-            return torch.stack([log_probs[d] for d in depths])  # a child of a depth-d node is head d's pick
-
-        tokens, parents, _ = dynamic_tree(log_probs[0], grow, depth, top_k, total_tokens)
+        tokens, parents, _ = per_position_tree(log_probs, depth, top_k, total_tokens)  # head d picks depth d
         return Draft(tokens, parents)
 
     def static_draft(self, log_probs: list[torch.Tensor], top_k: int, total_tokens: int) -> Draft:

@@ -58,6 +58,19 @@ def dynamic_tree(
     return tokens[keep], kept_parents, scores[keep]
 
 
+def per_position_tree(log_probs: list[torch.Tensor] | torch.Tensor, depth: int, top_k: int, total_tokens: int):
+    """`dynamic_tree` for a drafter whose position-d distribution does not depend on the tokens before it (Medusa
+    heads, P-EAGLE): a child of a depth-d node is one of `log_probs[d]`'s top tokens, whatever its parent."""
+    depth_of: dict[int, int] = {}
+
+    def grow(node_ids, _tokens, parent_ids):
+        depths = [1 if int(p) < 0 else depth_of[int(p)] + 1 for p in parent_ids]
+        depth_of.update({int(n): d for n, d in zip(node_ids, depths)})
+        return torch.stack([log_probs[d] for d in depths])
+
+    return dynamic_tree(log_probs[0], grow, depth, top_k, total_tokens)
+
+
 def _best(scores: torch.Tensor, n: int) -> torch.Tensor:
     """Indices of the `n` highest scores; ties go to the lower index (a stable sort)."""
     return torch.sort(scores, descending=True, stable=True).indices[:n]
