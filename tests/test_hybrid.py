@@ -76,6 +76,44 @@ def test_hybrid_greedy_equals_plain_and_skips_the_drafter_on_some_passes(arch):
     assert hybrid.passes["merged"] > 0 and set(hybrid.passes) <= {"merged", "drafter"}
 
 
+class ShapeSpy:
+    """A drafter that records the shape of every draft it is asked for."""
+
+    def __init__(self, proposer):
+        self.proposer, self.shapes = proposer, []
+
+    def __getattr__(self, name):
+        return getattr(self.proposer, name)
+
+    def propose(self, state, shape, sampling):
+        self.shapes.append(shape)
+        return self.proposer.propose(state, shape, sampling)
+
+
+def test_a_short_drafter_chain_beside_the_whole_length_of_suffix_candidates():
+    """drafter_length: the drafter drafts chains of its own length while suffix candidates run to the draft length;
+    greedy output stays plain's."""
+    target = frozen(tiny_target("llama"))
+    with torch.no_grad():
+        target.model.get_output_embeddings().weight.mul_(30)
+    prompt = torch.tensor([[257, 40, 41, 42, 43, 40, 41, 42, 44, 40, 41]])
+    plain = plain_generate(target, prompt, Sampling(), 30, eos=set()).tokens
+    spy = ShapeSpy(eagle.create(eagle.Config(ttt_steps=2), target).proposer(target))
+    hybrid = HybridProposer(SuffixProposer(Config(adaptive=False)), spy, drafter_length=2)  # the drafter every pass
+    sent, propose = [], hybrid.propose
+    hybrid.propose = lambda state, shape, sampling: sent.append(propose(state, shape, sampling)) or sent[-1]
+    result = speculative_generate(target, hybrid, prompt, DraftShape(6), Sampling(), 30, eos=set())
+    assert result.tokens == plain
+    assert spy.shapes and {shape.length for shape in spy.shapes} == {2}
+    assert max(len(draft) for draft in sent) > 2  # the suffix candidates run longer than the drafter's chains
+    assert hybrid.describe()["drafter_length"] == 2
+    assert HybridProposer(SuffixProposer(), spy).drafter_shape(DraftShape(6)).length == 6
+    tree = DraftShape(tree=(3, 2, 6))
+    assert HybridProposer(SuffixProposer(), spy, drafter_length=2).drafter_shape(tree) == tree
+    with pytest.raises(ValueError, match="drafter_length"):
+        HybridProposer(SuffixProposer(), spy, drafter_length=0)
+
+
 # --------------------------------------------------------------------------- sampling: lossless with mixed trees
 def random_eagle(target):
     drafter = eagle.create(eagle.Config(layers=[0, 1, 2]), target)
@@ -158,6 +196,14 @@ def test_eval_command_decodes_with_suffix_and_hybrid_losslessly(tmp_path, shape_
         assert (out / "cache.bin").is_file()
     assert cli.main(["eval", "--target", str(folder), "--drafter", "hybrid:prompt-lookup", "--prompts", str(prompts),
                      "--out", str(tmp_path / "x")]) == 2
+    if "--tree" in shape_flags:
+        return
+    short = ["eval", "--target", str(folder), "--prompts", str(prompts), "--num-prompts", "2", "--max-new-tokens", "12",
+             "--draft-length", "5", "--hybrid-drafter-length", "2", "--no-transformers-baseline"]
+    assert cli.main([*short, "--drafter", f"hybrid:{tmp_path / 'drafter'}", "--out", str(tmp_path / "short")]) == 0
+    results = json.loads((tmp_path / "short" / "results.json").read_text())
+    assert results["drafter"]["drafter_length"] == 2 and results["lossless"] == {"checked": 2, "identical": 2}
+    assert cli.main([*short, "--drafter", "suffix", "--out", str(tmp_path / "y")]) == 2  # a hybrid's option only
 
 
 def test_a_recipe_reports_drafter_suffix_and_hybrid_side_by_side(tmp_path):
@@ -175,12 +221,16 @@ def test_a_recipe_reports_drafter_suffix_and_hybrid_side_by_side(tmp_path):
     prompts.write_text("".join(json.dumps({"prompt": f"count from {k}"}) + "\n" for k in (3, 11)))
     recipe = recipe_dict(assets, "eagle3", max_steps=2, checkpoint_every=2, eval_every=2)
     recipe["report"] = {"num_prompts": 2, "prompts": str(prompts), "max_new_tokens": 10, "draft_length": 3,
-                        "transformers_baseline": False, "methods": ["drafter", "suffix", "hybrid"]}
+                        "suffix_length": 5, "transformers_baseline": False, "methods": ["drafter", "suffix", "hybrid"]}
     recipe["output_dir"] = str(tmp_path / "run")
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     assert cli.main(["train", str(tmp_path / "recipe.yaml")]) == 0
     for method in ("drafter", "suffix", "hybrid"):
         results = json.loads((tmp_path / "run" / "eval" / method / "results.json").read_text())
         assert results["lossless"] == {"checked": 2, "identical": 2}, method
+    lengths = {method: json.loads((tmp_path / "run" / "eval" / method / "results.json").read_text())["config"]
+               for method in ("drafter", "suffix", "hybrid")}  # suffix candidates of 5 beside the drafter's 3
+    assert [lengths[m]["draft_length"] for m in ("drafter", "suffix", "hybrid")] == [3, 5, 5]
+    assert [lengths[m]["hybrid_drafter_length"] for m in ("drafter", "suffix", "hybrid")] == [0, 0, 3]
     table = (tmp_path / "run" / "eval" / "methods.md").read_text()
     assert all(f"| {method} |" in table for method in ("drafter", "suffix", "hybrid"))

@@ -102,10 +102,16 @@ def accepted_depth(tokens: list[int], parents: list[int], committed: list[int]) 
 class HybridProposer:
     """Suffix candidates merged with `drafter`'s draft in one tree; the drafter is skipped where it does not pay.
 
-    `verify_cost`: t(n) in seconds (`calibrate` measures it); it is shared with the suffix proposer."""
+    `verify_cost`: t(n) in seconds (`calibrate` measures it); it is shared with the suffix proposer.
+    `drafter_length`: for chain shapes, the drafter's chains are at most this long while the suffix candidates take
+    the whole draft length (a suffix match often runs on for many tokens where a drafter's acceptance falls with
+    depth); None = the draft length for both."""
 
-    def __init__(self, suffix: SuffixProposer, drafter: Proposer, verify_cost: dict[int, float] | None = None):
-        self.suffix, self.drafter = suffix, drafter
+    def __init__(self, suffix: SuffixProposer, drafter: Proposer, verify_cost: dict[int, float] | None = None,
+                 drafter_length: int | None = None):
+        if drafter_length is not None and drafter_length < 1:
+            raise ValueError(f"drafter_length must be at least 1, got {drafter_length}.")
+        self.suffix, self.drafter, self.drafter_length = suffix, drafter, drafter_length
         self.required_layers = list(drafter.required_layers)
         self.verifier = getattr(drafter, "verifier", None)  # Medusa-2: its tuned target verifies
         self.verify_cost = verify_cost
@@ -137,6 +143,7 @@ class HybridProposer:
         """Both sources, how passes were drafted, and what the skip decision reads, for reports."""
         rates = [round((a + 3) / (o + 4), 3) for a, o in self.by_depth]
         return {"kind": "hybrid", "suffix": self.suffix.describe(), "drafter": self.drafter.describe(),
+                "drafter_length": self.drafter_length,
                 "passes": dict(self.passes), "drafter_acceptance_by_depth": rates,
                 "drafter_ms_median": round(1e3 * median(self.draft_seconds), 3) if self.draft_seconds else None,
                 "skips_drafter": self.verify_cost is not None}
@@ -146,11 +153,12 @@ class HybridProposer:
         committed = state.tokens[0].tolist()
         self._learn(committed)
         found = self.suffix.candidates(state, shape)
-        if not self._worth_drafting(found, shape):
+        own = self.drafter_shape(shape)
+        if not self._worth_drafting(found, own):
             self.passes["suffix" if found.tokens else "plain"] += 1
             return found.draft()
         start = time.perf_counter()
-        draft = self.drafter.propose(state, shape, sampling)
+        draft = self.drafter.propose(state, own, sampling)
         if self.warm:
             self.draft_seconds.append(time.perf_counter() - start)
         self.warm = True
@@ -162,6 +170,12 @@ class HybridProposer:
             return draft
         self.passes["merged"] += 1
         return merge(found, draft)
+
+    def drafter_shape(self, shape: DraftShape) -> DraftShape:
+        """The shape the drafter drafts: chains cut to `drafter_length`, trees as they are."""
+        if shape.tree is not None or self.drafter_length is None:
+            return shape
+        return DraftShape(length=min(shape.length, self.drafter_length))
 
     def _worth_drafting(self, found: Candidates, shape: DraftShape) -> bool:
         if self.verify_cost is None:

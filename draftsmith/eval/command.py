@@ -66,6 +66,9 @@ class EvalConfig:
     suffix_cache_file: str | None = None
     """suffix and hybrid: keep that cross-request cache in this file between runs (rewritten atomically after every
     request; a damaged file is ignored with a warning)"""
+    hybrid_drafter_length: int = 0
+    """hybrid chains: the drafter's chains are at most this long while the suffix candidates take the whole
+    --draft-length (a long suffix match beside a short chain of the drafter); 0 = --draft-length for both"""
     confidence_cut: bool | None = None
     """trained drafters that can cut their chains where their confidences stop paying for the target's verify
     cost (DSpark, Medusa heads, EAGLE and MTP chains; the cost curve is measured first, a few seconds, not timed):
@@ -103,6 +106,8 @@ class EvalConfig:
             raise DraftsmithError("--num-prompts and --max-new-tokens must be at least 1.")
         if self.draft_length < 1:
             raise DraftsmithError("--draft-length must be at least 1.")
+        if self.hybrid_drafter_length < 0:
+            raise DraftsmithError("--hybrid-drafter-length must be 0 (the draft length) or a positive length.")
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise DraftsmithError("Need --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0.")
         self.tree_shape()
@@ -171,6 +176,8 @@ def check_arguments(config: EvalConfig) -> None:
     if config.fallback and (config.tree is not None or drafter_kind(config.drafter) in FALLBACK_REFUSED):
         raise DraftsmithError("--fallback is for trained drafters drafting chains (EAGLE, MTP, Medusa, DFlash, draft "
                               "LMs); prompt lookup and suffix drafts choose their own lengths, and trees their shape.")
+    if config.hybrid_drafter_length and (config.tree is not None or drafter_kind(config.drafter) != "hybrid"):
+        raise DraftsmithError("--hybrid-drafter-length is for hybrid:DRAFTER chains (trees set their own shape).")
     resolve_chat_template(config.chat_template)  # a template file that does not exist fails here
     read_conversations(config.prompts)  # the file exists and every row parses
     if Path(config.out).expanduser().is_file():
@@ -245,7 +252,8 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
                                 draft_length=max([config.draft_length, *parse_lengths(config.draft_lengths)]),
                                 suffix_config=suffix_config(config),
                                 draft_budget=budget if config.adaptive_lookup else None,
-                                fallback=falls_back(config))
+                                fallback=falls_back(config),
+                                hybrid_drafter_length=config.hybrid_drafter_length or None)
         drafting = small_batch.install_on_proposer(proposer, target, rows)
         shape = DraftShape(length=config.draft_length, tree=config.tree_shape())
         sampling = Sampling(config.temperature, config.top_k, config.top_p)

@@ -59,7 +59,8 @@ def drafter_kind(spec: str) -> str:
 
 def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adaptive_length: int | None = None,
                  confidence_cut: bool | None = None, draft_length: int | None = None, suffix_config=None,
-                 draft_budget: int | None = None, fallback: bool = False) -> Proposer:
+                 draft_budget: int | None = None, fallback: bool = False,
+                 hybrid_drafter_length: int | None = None) -> Proposer:
     """Turn a `--drafter` value into a Proposer: prompt-lookup, suffix, hf:<model>, a trained drafter folder, or
     hybrid:<folder or hf:model>.
 
@@ -72,7 +73,9 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
     one draft (chain length or tree total) up to which they measure the verify-cost curve their cuts and the
     hybrid's skip decision read (None: not measured; suffix drafts keep their full size, the drafter always runs).
     `fallback`: a trained drafter's chains of up to `draft_length` take the length their running acceptance in the
-    request pays for, 0 = a plain step (`draftsmith.drafters.fallback`; the cost curve is measured now)."""
+    request pays for, 0 = a plain step (`draftsmith.drafters.fallback`; the cost curve is measured now).
+    `hybrid_drafter_length`: a hybrid's drafter drafts chains of at most this many tokens while its suffix
+    candidates take the whole draft length (None: the draft length for both)."""
     kind = drafter_kind(spec)
     if kind in ("suffix", "hybrid"):
         from draftsmith.drafters import hybrid, suffix
@@ -81,7 +84,7 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
         if kind == "hybrid":
             drafter = load_drafter(spec[len("hybrid:"):], target, confidence_cut=confidence_cut,
                                    draft_length=draft_length)
-            proposer = hybrid.HybridProposer(proposer, drafter)
+            proposer = hybrid.HybridProposer(proposer, drafter, drafter_length=hybrid_drafter_length)
         if draft_budget is not None:
             _calibrate(proposer, target, kind, draft_budget)
         return proposer

@@ -203,6 +203,9 @@ class ReportSection:
     """new tokens per prompt"""
     draft_length: int = 4
     """chain drafts: tokens drafted per verify pass"""
+    suffix_length: int = 0
+    """suffix and hybrid chains: suffix candidates of up to this many tokens, each cut to what pays for the measured
+    verify cost, while the hybrid's drafter keeps chains of draft_length (0 = draft_length for both)"""
     tree: str | None = None
     """tree drafts instead of chains: DEPTH,TOPK,TOTAL (e.g. 5,8,32)"""
     confidence_cut: bool | None = None
@@ -271,6 +274,9 @@ class TrainConfig:
         if not self.report.methods or len(set(self.report.methods)) != len(self.report.methods):
             raise DraftsmithError(f"report.methods needs distinct methods (drafter, suffix, hybrid); got "
                                   f"{self.report.methods}.")
+        if self.report.suffix_length < 0:
+            raise DraftsmithError(f"report.suffix_length must be 0 (draft_length) or positive, got "
+                                  f"{self.report.suffix_length}.")
         self.data.validate()  # again, now that data.online is resolved
         if self.prepare is not None:
             prepare_config(self)

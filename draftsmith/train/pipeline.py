@@ -126,12 +126,15 @@ def final_report(config: TrainConfig, target) -> dict | None:
 
     out = Path(section.out or Path(config.output_dir) / "eval")
     results = {}
+    suffix_length = section.suffix_length if section.tree is None and section.suffix_length else 0
     for method in section.methods:
         eval_config = EvalConfig(
             target=config.target.name, drafter=METHOD_SPECS[method].format(best=best),
             out=str(out / method if len(section.methods) > 1 else out),
             prompts=section.prompts, num_prompts=section.num_prompts, max_new_tokens=section.max_new_tokens,
-            draft_length=section.draft_length, tree=section.tree,
+            draft_length=suffix_length if suffix_length and method != "drafter" else section.draft_length,
+            hybrid_drafter_length=section.draft_length if suffix_length and method == "hybrid" else 0,
+            tree=section.tree,
             confidence_cut=None if method == "suffix" else section.confidence_cut,
             fallback=section.fallback if method == "drafter" else None,
             dtype=config.target.dtype,
