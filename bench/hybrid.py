@@ -1,0 +1,131 @@
+"""Suffix matching, a trained drafter and their hybrid, decoded side by side against one plain loop.
+
+    .venv/bin/python bench/eagle3_smollm2.py --minutes 50 --num-prompts 40 --vocab-sizes 2048   # the drafter
+    .venv/bin/python bench/hybrid.py --drafter runs/bench-eagle3/eagle3-v2048/best --prompts humaneval \\
+        --num-prompts 40 --max-new-tokens 128
+    .venv/bin/python bench/hybrid.py --drafter DRAFTER --prompts builtin:suite --num-prompts 100
+
+One process, one target, every prompt decoded by each method in alternating order (no method always first), T = 0:
+our plain loop; suffix matching alone (chains of up to --suffix-length, each cut to what pays for the measured
+verify cost); the drafter alone (chains of --draft-length, with the running-acceptance fallback that
+`draftsmith eval` gives EAGLE and MTP chains); and the hybrid (suffix candidates of up to --suffix-length merged with
+the drafter's chain of --draft-length in one tree per verify pass, the drafter skipped where a confident match makes
+it not worth its draft time). As in `draftsmith eval`, the target's linear layers get W·xᵀ for few-row inputs where
+that is measured faster, for every method.
+
+Printed and recorded under results/hybrid/: τ, speedup over plain and the draft-time share of each method, overall
+and per category; the hybrid's passes by kind; and the checks of issue 34: overall, the hybrid at least 2.2x plain
+and 1.2x the better of suffix alone and drafter alone (the HumanEval goal); in every category, the hybrid at least
+the better of the two alone minus 3%; every output identical to plain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import records  # bench/: the shared command line and the run's record
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def category_rows(runs: dict, prompts) -> dict[str, dict]:
+    """Per category and method: τ, speedup over plain (tokens/s over plain's tokens/s there), identical outputs."""
+    from draftsmith.eval import metrics
+
+    rows = {}
+    for category in sorted({p.category or "all" for p in prompts}):
+        index = [i for i, p in enumerate(prompts) if (p.category or "all") == category]
+        plain = metrics.timing([runs["plain"][i] for i in index])["tokens_per_s"]
+        rows[category] = {"prompts": len(index)}
+        for name, generations in runs.items():
+            if name == "plain":
+                continue
+            mine = [generations[i] for i in index]
+            rows[category][name] = {
+                "acceptance_length": metrics.acceptance(mine)["acceptance_length"],
+                "speedup": metrics.timing(mine)["tokens_per_s"] / plain,
+                "identical": sum(g.tokens == runs["plain"][i].tokens for g, i in zip(mine, index))}
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--drafter", required=True, help="a trained drafter folder (or hub id) for drafter and hybrid")
+    parser.add_argument("--prompts", default="humaneval",
+                        help="humaneval, builtin:suite or a jsonl prompt file (rows with a category are reported by it)")
+    parser.add_argument("--draft-length", type=int, default=2, help="the drafter's chain length, alone and in the hybrid")
+    parser.add_argument("--suffix-length", type=int, default=8,
+                        help="longest suffix chain, alone and in the hybrid (each draft cut to what pays)")
+    records.add_shared_options(parser, target="smollm2-135m-instruct", num_prompts=40, max_new_tokens=128, threads=0,
+                               helps={"num_prompts": "prompts decoded by every method (the first N of --prompts)"})
+    args = parser.parse_args()
+    if min(args.draft_length, args.suffix_length) < 1:
+        parser.error("--draft-length and --suffix-length must be at least 1")
+    records.apply_threads(args)
+
+    from draftsmith.drafters import DraftShape, Sampling
+    from draftsmith.drafters.suffix import Config as SuffixConfig
+    from draftsmith.eval import small_batch
+    from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate
+    from draftsmith.eval.prompts import load_prompts
+    from draftsmith.eval.runner import drafter_kind, load_drafter
+    from draftsmith.target import load_target
+
+    from common import decode_interleaved, method_rows
+
+    target = load_target(args.target)
+    prompts = load_prompts(args.prompts, target, args.num_prompts, answer_tokens=args.max_new_tokens)
+    rows = small_batch.tune_and_install(target.model)["rows"]
+    greedy, eos = Sampling(), eos_ids(target)
+    fallback = drafter_kind(args.drafter) in ("eagle", "mtp")  # what `draftsmith eval` does for these chains
+    proposers = {
+        "suffix": (load_drafter("suffix", target, suffix_config=SuffixConfig(), draft_budget=args.suffix_length),
+                   DraftShape(args.suffix_length)),
+        "drafter": (load_drafter(args.drafter, target, draft_length=args.draft_length, fallback=fallback),
+                    DraftShape(args.draft_length)),
+        "hybrid": (load_drafter(f"hybrid:{args.drafter}", target, suffix_config=SuffixConfig(),
+                                draft_budget=args.suffix_length, draft_length=args.draft_length,
+                                hybrid_drafter_length=args.draft_length), DraftShape(args.suffix_length)),
+    }
+    methods = {"plain": lambda ids: plain_generate(target, ids, greedy, args.max_new_tokens, eos)}
+    for name, (proposer, shape) in proposers.items():
+        small_batch.install_on_proposer(proposer, target, rows)
+        methods[name] = (lambda ids, p=proposer, s=shape: speculative_generate(
+            target, p, ids, s, greedy, args.max_new_tokens, eos))
+    runs = decode_interleaved(methods, prompts)
+
+    overall = method_rows(runs, "plain", "plain")
+    by_category = category_rows(runs, prompts)
+    singles = ("suffix", "drafter")
+    print(f"\n{'':<16}" + "".join(f"{name + ' τ':>12}{name + ' ×':>12}" for name in proposers))
+    for category, row in [*by_category.items(), ("all", None)]:
+        cells = (row[name] if row else {"acceptance_length": overall[name]["acceptance_length"],
+                                         "speedup": overall[name]["speedup_vs_plain"]} for name in proposers)
+        print(f"{category:<16}" + "".join(f"{c['acceptance_length']:12.2f}{c['speedup']:12.2f}" for c in cells))
+    hybrid = overall["hybrid"]["speedup_vs_plain"]
+    best_single = max(overall[name]["speedup_vs_plain"] for name in singles)
+    checks = {
+        "hybrid_at_least_2_2x_plain": hybrid >= 2.2,
+        "hybrid_at_least_1_2x_the_better_single": hybrid >= 1.2 * best_single,
+        "no_category_below_the_better_single_minus_3_percent": all(
+            row["hybrid"]["speedup"] >= 0.97 * max(row[name]["speedup"] for name in singles)
+            for row in by_category.values()),
+        "lossless": all(row["identical_to_plain"] == len(prompts) for row in overall.values()),
+    }
+    hybrid_proposer = proposers["hybrid"][0]
+    print("hybrid passes:", dict(hybrid_proposer.passes))
+    print("checks:", checks)
+    records.write("hybrid", {
+        "drafter": args.drafter, "prompts": args.prompts, "num_prompts": len(prompts),
+        "max_new_tokens": args.max_new_tokens, "draft_length": args.draft_length, "suffix_length": args.suffix_length,
+        "methods": overall, "per_category": by_category, "hybrid": hybrid_proposer.describe(), "checks": checks}, args)
+
+
+if __name__ == "__main__":
+    main()
