@@ -117,14 +117,19 @@ def test_bad_configs():
 def test_eviction_keeps_the_bound_and_the_recently_used():
     generator = torch.Generator().manual_seed(2)
     cache = DocumentCache(bound=100)
+    added = 0
     for _ in range(60):
         size = int(torch.randint(1, 45, (1,), generator=generator))
         cache.add(torch.randint(0, 50, (size,), generator=generator).tolist())
+        added += size
         assert cache.total <= 100
         # the store holds exactly the kept documents, each followed by a separator, and lists every position
         assert cache.store.tokens.tolist() == [t for d in cache.documents for t in d + [-1]]
         assert sum(len(p) for p in cache.store.where.values()) == cache.total
     assert cache.total > 100 * 7 // 8 - 45  # eviction stops at 7/8 of the bound
+    report = cache.describe()  # what reports show: the bound kept, the tokens taken in, the documents let go
+    assert report["tokens"] == cache.total and report["bound_tokens"] == 100 and report["added_tokens"] == added
+    assert cache.total <= report["peak_tokens"] <= 100 and report["evicted_documents"] == 60 - len(cache.documents)
     cache.add([1] * 150)  # longer than the bound: its last 100 tokens
     assert cache.documents == [[1] * 100]
 

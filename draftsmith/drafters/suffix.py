@@ -142,6 +142,7 @@ class DocumentCache:
         self.bound, self.clock = bound, 0
         self.documents: list[list[int]] = []
         self.used: list[int] = []
+        self.added_tokens = self.evicted_documents = self.peak_tokens = 0  # for reports: what the bound did
         self._rebuild()
 
     @property
@@ -166,6 +167,7 @@ class DocumentCache:
             kept = sorted(range(len(self.documents)), key=lambda i: (self.used[i], i))  # least recently used first
             while total > limit:
                 total -= len(self.documents[kept.pop(0)])
+                self.evicted_documents += 1
             kept.sort()
             self.documents, self.used = [self.documents[i] for i in kept], [self.used[i] for i in kept]
             self._rebuild()
@@ -173,6 +175,14 @@ class DocumentCache:
         self.used.append(self.clock)
         self.starts.append(self.store.length)
         self.store.extend(document + [SEPARATOR])
+        self.added_tokens += len(document)
+        self.peak_tokens = max(self.peak_tokens, self.total)
+
+    def describe(self) -> dict:
+        """What the cache holds against its bound, and what it took in and evicted, for reports."""
+        return {"documents": len(self.documents), "tokens": self.total, "bound_tokens": self.bound,
+                "peak_tokens": self.peak_tokens, "added_tokens": self.added_tokens,
+                "evicted_documents": self.evicted_documents}
 
     def touch(self, positions: list[int]) -> None:
         """Mark the documents holding these store positions as just used."""
@@ -344,7 +354,7 @@ class SuffixProposer:
         """Kind, options, cache size and learned acceptance, for reports."""
         rates = {f"match {'>=' if n >= 4 else ''}{n}, after full accept={full}": round(h / max(e, 1e-9), 3)
                  for (n, full), (h, e) in sorted(self.counts.items())}
-        cache = self.cache and {"documents": len(self.cache.documents), "tokens": self.cache.total}
+        cache = self.cache and self.cache.describe()
         adaptive = self.config.adaptive and self.verify_cost is not None
         return {"kind": "suffix", **vars(self.config), "adaptive": adaptive, "acceptance_by_match": rates, "cache": cache}
 
