@@ -4,8 +4,9 @@
 
 The steps are the CLI's own commands, run one after another (each is printed before it runs):
   1. a mixed prompt file, 8 HumanEval stubs and 8 chat questions (bench/serving_prompts.py);
-  2. acceptance traces of prompt lookup and of each --drafter (`draftsmith eval --save-traces` at draft lengths
-     1, 2 and 4, T=0, no small-batch linear layers, --threads);
+  2. acceptance traces of prompt lookup, suffix matching, each --drafter and each drafter's hybrid with suffix
+     matching (`draftsmith eval --save-traces` at draft lengths 1, 2 and 4, T=0, no small-batch linear layers,
+     --threads); --no-suffix leaves out the suffix and hybrid traces;
   3. the target's cost model (`draftsmith serve-sim profile`: batched forwards over b, n and c);
   4. the simulation (`draftsmith serve-sim run`: Poisson arrivals at each --rates, every policy and speculation
      mode, seeded), which writes OUT/sim/results.json, report.md and report.html.
@@ -31,6 +32,8 @@ parser.add_argument("--num-requests", type=int, default=200, help="requests per 
 parser.add_argument("--max-batch", type=int, default=8, help="continuous batching: most requests in one pass")
 parser.add_argument("--rounds", type=int, default=5, help="rounds of the cost profile's grid")
 parser.add_argument("--reuse", action="store_true", help="skip the steps whose output is already in --out")
+parser.add_argument("--suffix", action=argparse.BooleanOptionalAction, default=True,
+                    help="also trace suffix matching alone and each --drafter's hybrid with it (hybrid:DRAFTER)")
 records.add_shared_options(parser, target="smollm2-135m-instruct", num_prompts=16, max_new_tokens=96, threads=1,
                            out="runs/serving", helps={"num_prompts": "prompts traced per drafter (code and chat)",
                                                       "out": "folder of the prompts, traces, profile and simulation"})
@@ -54,8 +57,13 @@ common = ["--target", args.target, "--prompts", str(out / "prompts.jsonl"), "--n
           "--max-new-tokens", str(args.max_new_tokens), "--draft-length", "4", "--save-traces", "--draft-lengths",
           "1,2,4", "--no-transformers-baseline", "--no-small-batch-linear", "--threads", str(args.threads)]
 traces = {"pld": ["--drafter", "prompt-lookup", "--no-adaptive-lookup"]}
+if args.suffix:
+    traces["suffix"] = ["--drafter", "suffix"]
 for index, folder in enumerate(args.drafter):
-    traces[f"drafter-{index}-{Path(folder).parent.name or Path(folder).name}"] = ["--drafter", folder]
+    name = f"{index}-{Path(folder).parent.name or Path(folder).name}"
+    traces[f"drafter-{name}"] = ["--drafter", folder]
+    if args.suffix:
+        traces[f"hybrid-{name}"] = ["--drafter", f"hybrid:{folder}"]
 for name, drafter in traces.items():
     step(out / name / "traces.json", [*DRAFTSMITH, "eval", *drafter, *common, "--out", str(out / name)])
 step(out / "profile.json", [*DRAFTSMITH, "serve-sim", "profile", "--target", args.target, "--threads", str(args.threads),

@@ -323,3 +323,35 @@ def report_paying(row):
     from draftsmith.serving.report import paying
 
     return paying(row)
+
+
+def test_serve_sim_replays_suffix_drafter_and_hybrid_traces_and_names_where_each_pays(tiny_run, tmp_path):
+    """Traces of suffix matching, a drafter and the hybrid of both (merged trees of varying size per pass) replay in
+    serve-sim beside prompt lookup, and the report names the rate up to which each pays against plain decoding."""
+    from draftsmith.drafters import eagle
+    from draftsmith.target import load_target
+
+    folder = tiny_run / "tiny-target"
+    eagle.create(eagle.Config(variant="eagle3", ttt_steps=2), load_target(str(folder))).save_pretrained(tmp_path / "d")
+    traces = [tiny_run / "eval" / "traces.json"]
+    for name, drafter in (("suffix", "suffix"), ("drafter", str(tmp_path / "d")), ("hybrid", f"hybrid:{tmp_path / 'd'}")):
+        assert cli.main(["eval", "--target", str(folder), "--drafter", drafter, "--prompts", str(tiny_run / "prompts.jsonl"),
+                         "--num-prompts", "3", "--max-new-tokens", "12", "--draft-length", "3", "--draft-lengths", "1,3",
+                         "--save-traces", "--no-transformers-baseline", "--no-small-batch-linear",
+                         "--out", str(tmp_path / name)]) == 0
+        traces.append(tmp_path / name / "traces.json")
+        data = json.loads(traces[-1].read_text())
+        assert data["drafter"]["kind"] == {"drafter": "eagle"}.get(name, name)
+        for row in data["prompts"]:
+            for run in row["runs"].values():
+                assert 1 + sum(cycle[2] for cycle in run["cycles"]) == run["new_tokens"]
+    out = tmp_path / "sim"
+    assert cli.main(["serve-sim", "run", "--profile", str(tiny_run / "profile.json"), "--traces", *map(str, traces),
+                     "--rates", "5", "50", "--num-requests", "12", "--max-batch", "4", "--policies", "fcfs",
+                     "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    kinds = sorted(label.split()[0] for label in results["break_even"])
+    assert kinds == ["eagle", "hybrid", "prompt_lookup", "suffix"]
+    section = (out / "report.md").read_text().split("## Where speculation pays")[1].split("##")[0]
+    for label, row in results["break_even"].items():
+        assert f"- {label}: {report_paying(row)}" in section and report_paying(row) != "n/a"
