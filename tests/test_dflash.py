@@ -153,6 +153,38 @@ def test_anchors_lie_in_loss_masked_spans_and_are_seeded(tiny_qwen3):
     short = torch.zeros(1, 20, dtype=torch.long)
     short[0, 19] = 1  # one possible anchor (18, whose first label is the last token): the rest are unused
     assert drafter.sample_anchors(ids[:1], short).tolist() == [[18, -1, -1]]
+    # fresh anchors: each micro-batch of the training stream draws its own, the same one draws the same again
+    fresh = {tuple(drafter.sample_anchors(ids, loss_mask, draw=d)[1].tolist()) for d in range(8)}
+    assert len(fresh) > 1 and torch.equal(drafter.sample_anchors(ids, loss_mask, draw=5),
+                                          drafter.sample_anchors(ids, loss_mask, draw=5))
+
+
+def test_fresh_anchors_follow_the_training_stream_and_resume_exactly(tmp_path):
+    """drafter.fresh_anchors: every micro-batch of the training stream draws its own anchors from its index there,
+    so a run resumed from a checkpoint logs the same losses as one that never stopped."""
+    from test_train import make_recipe, memory_data, read_log, required_layers, reset_accelerate_state
+    from test_train_launch import crash_copy
+
+    from draftsmith.config import load
+    from draftsmith.train.config import TrainConfig
+    from draftsmith.train.recipe import TrainRecipe
+
+    target = tiny_target("qwen3")
+    options = {"kind": "dflash", "block_size": 4, "num_layers": 1, "anchors_per_sequence": 2, "fresh_anchors": True}
+    straight = make_recipe(tmp_path, target, drafter=options, max_steps=6, checkpoint_every=3, keep_checkpoints=0,
+                           lr=3e-3)
+    seen, draws = [], straight.model.drafter.sample_anchors
+    straight.model.drafter.sample_anchors = lambda *args: seen.append(args[3]) or draws(*args)
+    straight.train()
+    assert seen[:6] == list(range(6))  # one process, no accumulation: micro-batch s of the stream at step s
+    assert seen[6:] and set(seen[6:]) == {None}  # held-out batches: the same anchors at every validation
+    crash_copy(tmp_path / "run", tmp_path / "crashed", 3, 6)
+    reset_accelerate_state()
+    config = load(TrainConfig, tmp_path / "recipe.yaml", ["resume=true", f"output_dir={tmp_path / 'crashed'}"])
+    resumed = TrainRecipe(config, data=memory_data(target, required_layers(config, target)), target=target)
+    resumed.setup()
+    resumed.train()
+    assert [r["loss"] for r in read_log(tmp_path / "crashed")] == [r["loss"] for r in read_log(tmp_path / "run")]
 
 
 def test_default_layers_match_the_capture_spec():

@@ -127,9 +127,12 @@ def required_layers(config: TrainConfig, target) -> list[int]:
     return kind_module(kind).create(options, target).required_layers
 
 
-def make_recipe(tmp_path, target, variant="eagle3", data=None, poison=None, evaluation=None, **train) -> TrainRecipe:
+def make_recipe(tmp_path, target, variant="eagle3", data=None, poison=None, evaluation=None, drafter=None,
+                **train) -> TrainRecipe:
+    """An in-process recipe on `target` with in-memory features; `drafter` replaces the drafter section."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     config_dict = recipe_dict({"target": "unused", "prepared": None}, variant, **train)
+    config_dict["drafter"] = drafter or config_dict["drafter"]
     config_dict["eval"].update(evaluation or {})
     config_dict["data"] = {"features": "in-memory", "batch_size": 2, "max_length": 48}
     config_dict["output_dir"] = str(tmp_path / "run")

@@ -75,6 +75,10 @@ class Config(LossOptions):
     """MASK id; null: the tokenizer's mask token, else an id no text maps to (written into the config)"""
     anchor_seed: int = 0
     """seeds the anchor draws (with each batch's sample ids, so a resumed run draws the same anchors)"""
+    fresh_anchors: bool = False
+    """draw a sequence's anchors afresh every time it is trained on, as the reference trainers do (the draw is also
+    seeded by the micro-batch's place in the training stream, so a resumed run still draws the same); false: the
+    same anchors in every epoch"""
     variant: str = "dflash"
     """dflash, or dspark: DFlash plus a Markov logit-bias head and a confidence head that cuts each block"""
     markov_rank: int = 256
@@ -250,11 +254,13 @@ class Drafter(nn.Module):
         return self.config.attention == "flex"
 
     # ---- training
-    def sample_anchors(self, input_ids, loss_mask, sample_ids=None) -> torch.Tensor:
+    def sample_anchors(self, input_ids, loss_mask, sample_ids=None, draw: int | None = None) -> torch.Tensor:
         """[b, N] anchors a >= 1 whose first label x_{a+1} is loss-masked, drawn without replacement; -1 = none.
-        Seeded by anchor_seed and the batch's sample ids (its tokens when there are none)."""
+        Seeded by anchor_seed, the batch's sample ids (its tokens when there are none) and `draw` (the micro-batch's
+        index in the training stream, for fresh anchors; None: the same anchors whenever these samples come)."""
         key = sample_ids if sample_ids is not None else input_ids
-        generator = torch.Generator().manual_seed(self.config.anchor_seed * 1_000_003 + int(key.sum()))
+        seed = self.config.anchor_seed * 1_000_003 + int(key.sum()) + (0 if draw is None else 998_244_353 * (draw + 1))
+        generator = torch.Generator().manual_seed(seed)
         allowed = torch.zeros_like(loss_mask, dtype=torch.bool, device="cpu")
         allowed[:, 1:-1] = loss_mask[:, 2:].bool().cpu()
         anchors = torch.full((loss_mask.shape[0], self.config.anchors_per_sequence), -1, dtype=torch.long)
@@ -269,7 +275,8 @@ class Drafter(nn.Module):
         per block); loss_j / acc_j for block position k = j+1."""
         ids, loss_mask = batch["input_ids"], batch["loss_mask"].bool()
         if anchors is None:
-            anchors = self.sample_anchors(ids, loss_mask, batch.get("sample_ids"))
+            draw = batch.get("micro_batch") if self.config.fresh_anchors else None
+            anchors = self.sample_anchors(ids, loss_mask, batch.get("sample_ids"), draw)
         used = anchors >= 0
         hidden = self.block_hidden(ids, batch["features"], anchors.clamp(min=0))
         last = batch["features"][self.sizes["num_target_layers"] - 1]

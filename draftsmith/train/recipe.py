@@ -297,6 +297,7 @@ class TrainRecipe:
             for accum_index in range(accum):
                 indices = self._micro_batch_indices(accum_index, accelerator.process_index)
                 batch = self._batch(self.data.train, indices)
+                batch["micro_batch"] = self._micro_batch_index(accum_index, accelerator.process_index)  # fresh draws
                 tokens += float(batch["attention_mask"].sum())
                 with accelerator.accumulate(self.model):
                     loss, metrics = self.model(batch)
@@ -320,9 +321,13 @@ class TrainRecipe:
             record["grad_norm"] = float(grad_norm)
         return record
 
-    def _micro_batch_indices(self, accum_index: int, rank: int) -> list[int]:
+    def _micro_batch_index(self, accum_index: int, rank: int) -> int:
+        """This micro-batch's place in the stream of training micro-batches (a function of the step: resumable)."""
         world, accum = self.accelerator.num_processes, self.config.train.grad_accum
-        return self.order.micro_batch(micro_batch_index(self.step, accum_index, rank, world, accum))
+        return micro_batch_index(self.step, accum_index, rank, world, accum)
+
+    def _micro_batch_indices(self, accum_index: int, rank: int) -> list[int]:
+        return self.order.micro_batch(self._micro_batch_index(accum_index, rank))
 
     def _batch(self, dataset, indices: list[int]) -> dict:
         from draftsmith.train.data import truncate
