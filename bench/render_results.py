@@ -155,7 +155,7 @@ def long_context(result: dict) -> list[str]:
 
 
 def serving(result: dict) -> list[str]:
-    """serve-sim: the validation checks, where speculation stops paying, and mean / p99 E2E per policy and rate."""
+    """serve-sim: the validation checks, where speculation pays, and mean / p99 E2E per policy and rate."""
     lines = []
     checks = []
     for label, check in result.get("validation", {}).get("concurrency_1", {}).items():
@@ -174,7 +174,7 @@ def serving(result: dict) -> list[str]:
                  if row.get("pays_at_no_rate") else fmt(row.get("stops_paying_at_rate"), 3))
         rows.append([label, ", ".join(fmt(r, 3) for r in row.get("rates", [])),
                      ", ".join(fmt(q) for q in row.get("e2e_ratio_speculative_over_plain", [])), where])
-    lines += table(["traces", "rates (req/s)", "mean E2E speculative / plain (FCFS)", "stops paying at (req/s)"], rows)
+    lines += table(["traces", "rates (req/s)", "mean E2E speculative / plain (FCFS)", "pays up to (req/s)"], rows)
     runs = result.get("runs", [])
     for label in sorted({r["traces"] for r in runs}):
         mine = [r for r in runs if r["traces"] == label]
@@ -342,6 +342,52 @@ def parallel_drafting(result: dict) -> list[str]:
     return lines + families(result)
 
 
+def hybrid(result: dict) -> list[str]:
+    """Suffix alone, the drafter alone and their hybrid against one plain loop, overall and per category."""
+    methods = ("suffix", "drafter", "hybrid")
+    lines = [f"`{result.get('drafter')}` on {result.get('num_prompts')} prompts of {result.get('prompts')}, "
+             f"{result.get('max_new_tokens')} new tokens, greedy: suffix chains up to {result.get('suffix_length')}, "
+             f"drafter chains of {result.get('draft_length')}, the hybrid both in one tree per pass.", ""]
+    overall = result.get("methods", {})
+    rows = [[name, fmt(overall.get(name, {}).get("acceptance_length")),
+             fmt(overall.get(name, {}).get("speedup_vs_plain"), 2, "×"),
+             pct(overall.get(name, {}).get("draft_time_fraction")),
+             identical(overall.get(name, {}).get("identical_to_plain"), result.get("num_prompts"))] for name in methods]
+    lines += table(["method", "τ", "speedup vs plain", "draft time", "identical to plain"], rows)
+    categories = result.get("per_category", {})
+    if len(categories) > 1:
+        lines += table(["category", "prompts", *(f"{name} τ / speedup" for name in methods)],
+                       [[name, fmt(row.get("prompts")),
+                         *(f"{fmt(row.get(m, {}).get('acceptance_length'))} / {fmt(row.get(m, {}).get('speedup'), 2, '×')}"
+                           for m in methods)] for name, row in categories.items()])
+    checks = result.get("checks", {})
+    return lines + [f"Hybrid ≥ 2.2× plain: {fmt(checks.get('hybrid_at_least_2_2x_plain'))}; ≥ 1.2× the better single "
+                    f"method: {fmt(checks.get('hybrid_at_least_1_2x_the_better_single'))}; no category below the better "
+                    f"single method − 3%: {fmt(checks.get('no_category_below_the_better_single_minus_3_percent'))}; "
+                    f"lossless: {fmt(checks.get('lossless'))}.", ""]
+
+
+def repeated_workload(result: dict) -> list[str]:
+    """Per-request matching against the cross-request cache on an agent's repeating requests."""
+    lines = [f"{result.get('num_prompts')} requests of a tool-using assistant (shared instructions, six tool outputs, "
+             f"four task templates, no request twice), {result.get('max_new_tokens')} new tokens, chains up to "
+             f"{result.get('draft_length')}, greedy; each method against its own plain loop.", ""]
+    rows = []
+    for name, row in result.get("methods", {}).items():
+        cache, later = row.get("cache") or {}, row.get("later_half", {})
+        rows.append([name, fmt(row.get("acceptance_length")), fmt(row.get("speedup"), 2, "×"),
+                     fmt(later.get("acceptance_length")), fmt(later.get("speedup"), 2, "×"),
+                     f"{cache['peak_tokens']:,} / {cache['bound_tokens']:,}" if cache else "–",
+                     fmt(cache.get("evicted_documents")) if cache else "–",
+                     human_bytes(cache["bytes"]) if cache.get("bytes") else "–",
+                     identical(row.get("lossless", {}).get("identical"), row.get("lossless", {}).get("checked"))])
+    lines += table(["method", "τ", "speedup", "later half τ", "later half speedup", "cache peak / bound (tokens)",
+                    "documents evicted", "cache in memory", "identical to plain"], rows)
+    checks = result.get("checks", {})
+    return lines + [f"Cache beats per-request suffix matching: {fmt(checks.get('cache_beats_per_request'))}; "
+                    f"every cache within its bound: {fmt(checks.get('cache_within_bound'))}.", ""]
+
+
 CANONICAL = {  # bench (its script's name) -> (title, table function, a command that makes a record)
     "families": ("Drafter families at one CPU budget", families,
                  "python bench/families.py --minutes 20 --num-prompts 40"),
@@ -350,9 +396,14 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
     "eagle3_smollm2": ("EAGLE-3 at a training budget", eagle3_smollm2,
                        "python bench/eagle3_smollm2.py --minutes 50 --num-prompts 40"),
     "general_mix": ("Code-only against the general mix, by category", general_mix,
-                    "python bench/general_mix.py --num-prompts 20 --humaneval-prompts 10"),
+                    "python bench/general_mix.py --num-prompts 40 --humaneval-prompts 20"),
     "long_context": ("Long prompts", long_context,
                      "python bench/long_context.py --drafter DRAFTER --contexts 256 2048 8192 --threads 1"),
+    "hybrid": ("Suffix matching, the drafter and their hybrid", hybrid,
+               "python bench/hybrid.py --drafter runs/bench-eagle3/eagle3-v2048/best --prompts humaneval "
+               "--num-prompts 40 --max-new-tokens 128"),
+    "repeated_workload": ("Repeated requests: the cross-request suffix cache", repeated_workload,
+                          "python bench/repeated_workload.py --num-prompts 24 --cache-tokens 4096 512"),
     "serving": ("Serving under load (serve-sim)", serving, "python bench/serving.py --drafter DRAFTER"),
     "train_step_profile": ("Where a training step's time goes", train_step_profile,
                            "python bench/train_step_profile.py --data DATA --ttt-steps 2 --topk 8"),
