@@ -27,20 +27,54 @@ def test_narrow_linear_matches_torch(rows, bias):
     torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
 
 
+needs_mkl = pytest.mark.skipif(not torch._C.has_mkl, reason="torch built without MKL")
+
+
+@needs_mkl
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9])
+@pytest.mark.parametrize("bias", [True, False])
+def test_packed_linear_matches_torch(rows, bias):
+    generator = torch.Generator().manual_seed(rows)
+    layer = torch.nn.Linear(48, 80, bias=bias)
+    x = torch.randn(1, rows, 48, generator=generator)
+    out = small_batch.packed_linear(layer.weight, small_batch.pack(layer.weight), layer.bias, x)
+    assert out.shape == (1, rows, 80)
+    torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+@needs_mkl
+def test_packed_rows_decode_the_same_tokens_and_a_form_that_disagrees_is_never_chosen(tiny_llama, monkeypatch):
+    greedy = Sampling()
+    before = plain_generate(tiny_llama, PROMPT, greedy, 24, eos=set()).tokens
+    small_batch.install(tiny_llama.model, {n: "packed" if n % 2 else "narrow" for n in range(1, 9)})
+    try:
+        assert all(layer.packed_weight is not None for layer in small_batch.linears(tiny_llama.model))
+        plain = plain_generate(tiny_llama, PROMPT, greedy, 24, eos=set()).tokens
+        speculative = speculative_generate(tiny_llama, PromptLookup(Config()), PROMPT, DraftShape(4), greedy, 24,
+                                           eos=set()).tokens
+    finally:
+        small_batch.remove(tiny_llama.model)
+    assert plain == before and speculative == before
+    assert all("packed_weight" not in layer.__dict__ for layer in small_batch.linears(tiny_llama.model))
+    monkeypatch.setattr(small_batch, "packed_linear", lambda w, p, b, x: torch.zeros(*x.shape[:-1], w.shape[0]))
+    monkeypatch.setattr(small_batch, "MARGIN", 100.0)  # any form counts as faster: only agreement can refuse it
+    assert set(small_batch.tune(tiny_llama.model, max_rows=3, repeats=1)["rows"].values()) == {"narrow"}
+
+
 def test_install_routes_only_the_given_row_counts_and_remove_undoes_it(monkeypatch, tiny_llama):
     calls = []
     real = small_batch.narrow_linear
     monkeypatch.setattr(small_batch, "narrow_linear", lambda w, b, x: calls.append(x.shape[-2]) or real(w, b, x))
     layers = len(small_batch.linears(tiny_llama.model))
     assert small_batch.install(tiny_llama.model, [2]) == layers
-    assert small_batch.installed_rows(tiny_llama.model) == [2]
+    assert small_batch.installed_rows(tiny_llama.model) == {2: "narrow"}
     with torch.no_grad():
         tiny_llama.model(input_ids=PROMPT[:, :3])
         assert calls == []  # 3 rows: torch's own linear
         tiny_llama.model(input_ids=PROMPT[:, :2])
     assert len(calls) == layers and set(calls) == {2}  # every linear layer once, lm_head included
     small_batch.remove(tiny_llama.model)
-    assert small_batch.installed_rows(tiny_llama.model) == []
+    assert small_batch.installed_rows(tiny_llama.model) == {}
     assert all("forward" not in layer.__dict__ for layer in small_batch.linears(tiny_llama.model))
     with torch.no_grad():
         tiny_llama.model(input_ids=PROMPT[:, :2])
@@ -63,13 +97,16 @@ def test_decoding_with_it_installed_gives_the_same_tokens(tiny_llama):
 def test_tune_picks_the_rows_where_the_narrow_form_was_faster(tiny_llama):
     result = small_batch.tune(tiny_llama.model, max_rows=4, repeats=3)
     assert sorted(result["linear_ms"]) == [1, 2, 3, 4] and sorted(result["narrow_ms"]) == [1, 2, 3, 4]
-    assert result["rows"] == [n for n in range(1, 5)
-                              if result["narrow_ms"][n] < small_batch.MARGIN * result["linear_ms"][n]]
+    for n in range(1, 5):  # the fastest form that beat torch's by the margin, or torch's own
+        beat = {form: result[f"{form}_ms"][n] for form in ("narrow", "packed") if result[f"{form}_ms"]
+                and result[f"{form}_ms"][n] < small_batch.MARGIN * result["linear_ms"][n]}
+        assert result["rows"].get(n) == (min(beat, key=beat.get) if beat else None)
+    assert bool(result["packed_ms"]) == torch._C.has_mkl  # float32 weights on a CPU: packed is timed where MKL is
 
 
 def test_tune_leaves_non_cpu_weights_alone(tiny_llama):
     model = tiny_llama.model.to("meta")
-    assert small_batch.tune(model)["rows"] == []
+    assert small_batch.tune(model)["rows"] == {}
 
 
 def test_proposer_modules_are_the_drafting_networks_not_the_target(tiny_llama):
@@ -79,7 +116,8 @@ def test_proposer_modules_are_the_drafting_networks_not_the_target(tiny_llama):
     assert small_batch.proposer_modules(proposer, tiny_llama) == [proposer.drafter]
     assert small_batch.proposer_modules(PromptLookup(Config()), tiny_llama) == []
     assert small_batch.install_on_proposer(proposer, tiny_llama, [2]) == [proposer.drafter]
-    assert small_batch.installed_rows(proposer.drafter) == [2] and small_batch.installed_rows(tiny_llama.model) == []
+    assert small_batch.installed_rows(proposer.drafter) == {2: "narrow"}
+    assert small_batch.installed_rows(tiny_llama.model) == {}
 
 
 def test_eval_reports_the_rows_and_leaves_the_target_as_it_came(tiny_llama, tmp_path, monkeypatch):
@@ -88,11 +126,11 @@ def test_eval_reports_the_rows_and_leaves_the_target_as_it_came(tiny_llama, tmp_
     config = EvalConfig(target="unused", drafter="prompt-lookup", out=str(tmp_path / "run"), prompts=str(_prompts(tmp_path)),
                         num_prompts=1, max_new_tokens=8, transformers_baseline=False)
     results = evaluate_and_report(config, target=tiny_llama)
-    assert results["environment"]["small_batch_linear_rows"] == [1, 2, 3]
+    assert results["environment"]["small_batch_linear_rows"] == {1: "narrow", 2: "narrow", 3: "narrow"}
     assert results["lossless"] == {"checked": 1, "identical": 1}
-    assert small_batch.installed_rows(tiny_llama.model) == []
+    assert small_batch.installed_rows(tiny_llama.model) == {}
     off = evaluate_and_report(EvalConfig(**{**config.__dict__, "small_batch_linear": False}), target=tiny_llama)
-    assert off["environment"]["small_batch_linear_rows"] == []
+    assert off["environment"]["small_batch_linear_rows"] == {}
 
 
 def _prompts(tmp_path):

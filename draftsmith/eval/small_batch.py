@@ -8,10 +8,18 @@ for 4, while the same products written as W·xᵀ (the row block as the narrow r
 1 row padded to 2) take 58, 54 and 55 ms. That flattens the target's verify-cost curve, which is
 what a speculative decoder's speedup is made of: τ·t(1)/t(n+1) for n drafted tokens.
 
-`tune` times both forms on the model's own weights for 1..max_rows rows and `install` routes only
-the row counts where W·xᵀ won by a clear margin; every other call is torch's own `F.linear`.
-Results agree with `F.linear` to float rounding (the summation order differs). CPU only: on other
-devices `tune` returns no rows and nothing changes.
+A third form, where torch has MKL and the weights are float32: MKL's packed GEMM (the weight reordered
+once into MKL's packed layout, `torch.ops.mkl._mkl_reorder_linear_weight`, then `_mkl_linear` per call).
+With MKL limited to AVX2 (`MKL_ENABLE_INSTRUCTIONS=AVX2`, what a CPU without AVX-512 runs) 60 of
+SmolLM2's 1536x576 matrices took 14 ms for 1 row and 25 ms for 2 or 3 rows through F.linear, but
+14 / 15 / 15 ms packed: a flat verify-cost curve again. It keeps a packed copy of every routed weight
+(more memory), so it is only tried on models whose linear weights take at most PACK_LIMIT_BYTES.
+
+`tune` times the forms on the model's own weights for 1..max_rows rows and `install` routes each row
+count to the fastest form that beat F.linear by a clear margin (a form whose output disagrees with
+F.linear beyond float rounding is never chosen); every other call is torch's own `F.linear`. Results
+agree with `F.linear` to float rounding (the summation order differs). CPU only: on other devices
+`tune` returns no rows and nothing changes.
 """
 
 from __future__ import annotations
@@ -27,6 +35,25 @@ MARGIN = 0.9
 """W·xᵀ is used for a row count only when its median time is below this share of F.linear's"""
 TUNE_PARAMS = 150_000_000
 """tune times at most this many weights per pass (more than any CPU cache, so passes stay memory-bound)"""
+PACK_LIMIT_BYTES = 2 << 30
+"""MKL's packed form is tried only where the model's linear weights take at most this many bytes (it adds a copy)"""
+
+
+def can_pack(layer: nn.Linear) -> bool:
+    """Whether MKL's packed GEMM serves this layer: torch built with MKL, float32 weights on the CPU."""
+    return torch._C.has_mkl and layer.weight.dtype == torch.float32 and layer.weight.device.type == "cpu"
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """The weight in MKL's packed layout (packed for a few rows; any row count is then passed per call)."""
+    return torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), 8)
+
+
+def packed_linear(weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """F.linear(x, weight, bias) through MKL's packed GEMM on `packed` (`pack(weight)`)."""
+    rows = x.numel() // x.shape[-1]
+    out = torch.ops.mkl._mkl_linear(x.reshape(rows, x.shape[-1]), packed, weight, bias, rows)
+    return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
 def narrow_linear(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
@@ -42,8 +69,11 @@ def narrow_linear(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tens
 
 
 def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    if x.numel() // x.shape[-1] in self.narrow_rows:
+    form = self.narrow_rows.get(x.numel() // x.shape[-1])
+    if form == "narrow":
         return narrow_linear(self.weight, self.bias, x)
+    if form == "packed" and self.packed_weight is not None and not torch.is_grad_enabled():
+        return packed_linear(self.weight, self.packed_weight, self.bias, x)
     return F.linear(x, self.weight, self.bias)
 
 
@@ -53,21 +83,24 @@ def linears(model: nn.Module) -> list[nn.Linear]:
 
 
 def install(model: nn.Module, rows) -> int:
-    """Route the linear layers of `model` through W·xᵀ for inputs of these row counts; returns layers changed."""
-    rows = frozenset(int(r) for r in rows)
+    """Route the linear layers of `model` by row count: `rows` maps a row count to "narrow" (W·xᵀ) or "packed"
+    (MKL's packed GEMM; float32 layers only, the others keep F.linear there); a plain list of row counts means
+    W·xᵀ for each. Returns layers changed."""
+    forms = {int(n): form for n, form in (rows.items() if isinstance(rows, dict) else ((r, "narrow") for r in rows))}
     layers = linears(model)
     for layer in layers:
-        if rows:
-            layer.narrow_rows = rows
+        if forms:
+            layer.narrow_rows = forms
+            layer.packed_weight = pack(layer.weight) if "packed" in forms.values() and can_pack(layer) else None
             layer.forward = types.MethodType(_forward, layer)
         else:
             remove_layer(layer)
-    return len(layers) if rows else 0
+    return len(layers) if forms else 0
 
 
 def remove_layer(layer: nn.Linear) -> None:
-    layer.__dict__.pop("forward", None)
-    layer.__dict__.pop("narrow_rows", None)
+    for name in ("forward", "narrow_rows", "packed_weight"):
+        layer.__dict__.pop(name, None)
 
 
 def remove(model: nn.Module) -> None:
@@ -76,47 +109,68 @@ def remove(model: nn.Module) -> None:
         remove_layer(layer)
 
 
-def installed_rows(model: nn.Module) -> list[int]:
-    """The row counts routed through W·xᵀ in `model` (empty when nothing is installed)."""
+def installed_rows(model: nn.Module) -> dict[int, str]:
+    """Row count -> the form ("narrow", "packed") it is routed through in `model` (empty when nothing is)."""
     for layer in linears(model):
-        return sorted(getattr(layer, "narrow_rows", ()))
-    return []
+        return dict(sorted(getattr(layer, "narrow_rows", {}).items()))
+    return {}
 
 
 @torch.no_grad()
 def tune(model: nn.Module, max_rows: int = 8, repeats: int = 3) -> dict:
-    """Time F.linear against W·xᵀ on the model's own weights for 1..max_rows rows.
+    """Time F.linear against W·xᵀ and (where it can run) MKL's packed GEMM on the model's own weights for
+    1..max_rows rows.
 
-    Returns {"rows": [row counts where W·xᵀ wins], "linear_ms": {n: ms}, "narrow_ms": {n: ms}, "seconds": s};
-    the two forms alternate inside every round, so drift hits both alike. CPU weights only."""
+    Returns {"rows": {n: form} for the row counts where a form beat F.linear by the margin (the fastest such),
+    "linear_ms", "narrow_ms", "packed_ms": {n: ms}, "seconds": s}; the forms alternate inside every round, so drift
+    hits all alike. CPU weights only."""
     began = time.perf_counter()
+    everything = linears(model)
+    empty = {"rows": {}, "linear_ms": {}, "narrow_ms": {}, "packed_ms": {}, "seconds": 0.0}
+    if not everything or any(layer.weight.device.type != "cpu" for layer in everything):
+        return empty
     layers, total = [], 0
-    for layer in linears(model):
-        if layer.weight.device.type != "cpu":
-            return {"rows": [], "linear_ms": {}, "narrow_ms": {}, "seconds": 0.0}
+    for layer in everything:
         if total >= TUNE_PARAMS:
             break
         layers.append(layer)
         total += layer.weight.numel()
-    if not layers:
-        return {"rows": [], "linear_ms": {}, "narrow_ms": {}, "seconds": 0.0}
+    forms = {"linear": lambda layer, x: F.linear(x, layer.weight, layer.bias),
+             "narrow": lambda layer, x: narrow_linear(layer.weight, layer.bias, x)}
+    weight_bytes = sum(layer.weight.numel() * layer.weight.element_size() for layer in everything)
+    if all(can_pack(layer) for layer in layers) and weight_bytes <= PACK_LIMIT_BYTES:
+        packed = {id(layer): pack(layer.weight) for layer in layers}
+        forms["packed"] = lambda layer, x: packed_linear(layer.weight, packed[id(layer)], layer.bias, x)
     generator = torch.Generator().manual_seed(0)
-    forms = {"linear": lambda w, b, x: F.linear(x, w, b), "narrow": narrow_linear}
+    for run in forms.values():  # one untimed pass each: first touches of fresh (packed) weights are not its cost
+        for layer in layers:
+            run(layer, torch.zeros(2, layer.in_features, dtype=layer.weight.dtype))
     times = {(form, n): [] for form in forms for n in range(1, max_rows + 1)}
+    agrees = {form: True for form in forms}
     for n in range(1, max_rows + 1):
         inputs = [torch.randn(n, layer.in_features, generator=generator).to(layer.weight.dtype) for layer in layers]
+        reference = F.linear(inputs[0], layers[0].weight, layers[0].bias).float()
+        for form, run in forms.items():  # a form that computes something else is never chosen
+            error = (run(layers[0], inputs[0]).float() - reference).abs().max()
+            agrees[form] &= bool(error <= 1e-3 * max(float(reference.abs().max()), 1.0))
         for round_ in range(repeats):
-            for form in (forms if round_ % 2 == 0 else reversed(forms)):
+            for form in (list(forms) if round_ % 2 == 0 else list(reversed(forms))):
                 run = forms[form]
                 start = time.perf_counter()
                 for layer, x in zip(layers, inputs):
-                    run(layer.weight, layer.bias, x)
+                    run(layer, x)
                 times[(form, n)].append(time.perf_counter() - start)
     median = {key: sorted(values)[len(values) // 2] * 1000 for key, values in times.items()}
-    rows = [n for n in range(1, max_rows + 1) if median[("narrow", n)] < MARGIN * median[("linear", n)]]
-    return {"rows": rows, "linear_ms": {n: round(median[("linear", n)], 2) for n in range(1, max_rows + 1)},
-            "narrow_ms": {n: round(median[("narrow", n)], 2) for n in range(1, max_rows + 1)},
-            "seconds": round(time.perf_counter() - began, 2)}
+    rows = {}
+    for n in range(1, max_rows + 1):
+        candidates = [form for form in forms if form != "linear" and agrees[form]
+                      and median[(form, n)] < MARGIN * median[("linear", n)]]
+        if candidates:
+            rows[n] = min(candidates, key=lambda form: median[(form, n)])
+    result = {"rows": rows, "seconds": round(time.perf_counter() - began, 2)}
+    for form in ("linear", "narrow", "packed"):
+        result[f"{form}_ms"] = {n: round(median[(form, n)], 2) for n in range(1, max_rows + 1)} if form in forms else {}
+    return result
 
 
 def tune_and_install(model: nn.Module, max_rows: int = 8) -> dict:
@@ -124,9 +178,15 @@ def tune_and_install(model: nn.Module, max_rows: int = 8) -> dict:
     result = tune(model, max_rows)
     install(model, result["rows"])
     if result["linear_ms"]:
-        shown = ", ".join(f"{n}: {result['linear_ms'][n]:.0f}->{result['narrow_ms'][n]:.0f}" for n in result["linear_ms"])
-        print(f"small-batch linear: W·xᵀ for rows {result['rows'] or 'none'} (ms per pass over the weights, "
-              f"torch->W·xᵀ by rows: {shown}; measured in {result['seconds']:.1f} s)", flush=True)
+        def cell(n):
+            return "/".join(f"{result[f'{form}_ms'][n]:.0f}" for form in ("linear", "narrow", "packed")
+                            if result.get(f"{form}_ms"))
+        rows = result["rows"] if isinstance(result["rows"], dict) else dict.fromkeys(result["rows"], "narrow")
+        routed = ", ".join(f"{n}: {form}" for n, form in rows.items()) or "none"
+        forms = "torch/W·xᵀ" + ("/MKL packed" if result.get("packed_ms") else "")
+        shown = ", ".join(f"{n}: {cell(n)}" for n in result["linear_ms"])
+        print(f"small-batch linear: rows routed {routed} (ms per pass over the weights, {forms} by rows: {shown}; "
+              f"measured in {result['seconds']:.1f} s)", flush=True)
     return result
 
 
