@@ -16,29 +16,20 @@ from draftsmith.eval.decoder import plain_generate, speculative_generate
 PROMPT = torch.tensor([[257, 10, 20, 30, 40, 10, 20, 30, 50, 60, 70, 10, 20]])
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9])
-@pytest.mark.parametrize("bias", [True, False])
-def test_narrow_linear_matches_torch(rows, bias):
-    generator = torch.Generator().manual_seed(rows)
-    layer = torch.nn.Linear(48, 80, bias=bias)
-    x = torch.randn(1, rows, 48, generator=generator)
-    out = small_batch.narrow_linear(layer.weight, layer.bias, x)
-    assert out.shape == (1, rows, 80) and out.is_contiguous()
-    torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
-
-
 needs_mkl = pytest.mark.skipif(not torch._C.has_mkl, reason="torch built without MKL")
+FORMS = {"narrow": lambda layer, x: small_batch.narrow_linear(layer.weight, layer.bias, x),
+         "packed": lambda layer, x: small_batch.packed_linear(layer.weight, small_batch.pack(layer.weight), layer.bias, x)}
 
 
-@needs_mkl
+@pytest.mark.parametrize("form", ["narrow", pytest.param("packed", marks=needs_mkl)])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 9])
 @pytest.mark.parametrize("bias", [True, False])
-def test_packed_linear_matches_torch(rows, bias):
+def test_each_form_matches_torch(form, rows, bias):
     generator = torch.Generator().manual_seed(rows)
     layer = torch.nn.Linear(48, 80, bias=bias)
     x = torch.randn(1, rows, 48, generator=generator)
-    out = small_batch.packed_linear(layer.weight, small_batch.pack(layer.weight), layer.bias, x)
-    assert out.shape == (1, rows, 80)
+    out = FORMS[form](layer, x)
+    assert out.shape == (1, rows, 80) and out.is_contiguous()
     torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
 
 
