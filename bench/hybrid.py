@@ -104,7 +104,7 @@ def main() -> None:
     by_category = category_rows(runs, prompts)
     singles = ("suffix", "drafter")
     print(f"\n{'':<16}" + "".join(f"{name + ' τ':>12}{name + ' ×':>12}" for name in proposers))
-    for category, row in [*by_category.items(), ("all", None)]:
+    for category, row in [*(by_category.items() if len(by_category) > 1 else ()), ("all", None)]:
         cells = (row[name] if row else {"acceptance_length": overall[name]["acceptance_length"],
                                          "speedup": overall[name]["speedup_vs_plain"]} for name in proposers)
         print(f"{category:<16}" + "".join(f"{c['acceptance_length']:12.2f}{c['speedup']:12.2f}" for c in cells))
