@@ -85,19 +85,29 @@ def whole_chains(proposer):
 def chains_beside_plain(target, folders: dict, length: int, max_new_tokens: int) -> dict:
     """Decode methods: our plain loop ("plain") and, per name -> drafter folder, chains of `length` at T=0, with the
     target's and each drafter's few-row layers set as `draftsmith eval` sets them."""
-    from draftsmith.drafters import DraftShape, Sampling
+    from draftsmith.drafters import DraftShape
     from draftsmith.eval import small_batch
-    from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate
     from draftsmith.eval.runner import load_drafter
 
-    greedy, eos = Sampling(), eos_ids(target)
     rows = small_batch.tune_and_install(target.model)["rows"]
+    return beside_plain(target, {name: (load_drafter(str(folder), target), DraftShape(length))
+                                 for name, folder in folders.items()}, rows, max_new_tokens)
+
+
+def beside_plain(target, proposers: dict, rows, max_new_tokens: int) -> dict:
+    """Decode methods at T=0: our plain loop ("plain") and, per name -> (proposer, DraftShape), speculative decoding
+    with it; each proposer's networks get the few-row layers `rows` (what `small_batch.tune_and_install` routed on
+    the target, before the proposers were loaded and measured their costs)."""
+    from draftsmith.drafters import Sampling
+    from draftsmith.eval import small_batch
+    from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate
+
+    greedy, eos = Sampling(), eos_ids(target)
     methods = {"plain": lambda ids: plain_generate(target, ids, greedy, max_new_tokens, eos)}
-    for name, folder in folders.items():
-        proposer = load_drafter(str(folder), target)
+    for name, (proposer, shape) in proposers.items():
         small_batch.install_on_proposer(proposer, target, rows)
-        methods[name] = (lambda ids, p=proposer: speculative_generate(
-            target, p, ids, DraftShape(length), greedy, max_new_tokens, eos))
+        methods[name] = (lambda ids, p=proposer, s=shape: speculative_generate(
+            target, p, ids, s, greedy, max_new_tokens, eos))
     return methods
 
 

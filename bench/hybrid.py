@@ -33,26 +33,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def category_rows(runs: dict, prompts) -> dict[str, dict]:
-    """Per category and method: τ, speedup over plain (tokens/s over plain's tokens/s there), identical outputs."""
-    from draftsmith.eval import metrics
-
-    rows = {}
-    for category in sorted({p.category or "all" for p in prompts}):
-        index = [i for i, p in enumerate(prompts) if (p.category or "all") == category]
-        plain = metrics.timing([runs["plain"][i] for i in index])["tokens_per_s"]
-        rows[category] = {"prompts": len(index)}
-        for name, generations in runs.items():
-            if name == "plain":
-                continue
-            mine = [generations[i] for i in index]
-            rows[category][name] = {
-                "acceptance_length": metrics.acceptance(mine)["acceptance_length"],
-                "speedup": metrics.timing(mine)["tokens_per_s"] / plain,
-                "identical": sum(g.tokens == runs["plain"][i].tokens for g, i in zip(mine, index))}
-    return rows
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,20 +49,18 @@ def main() -> None:
         parser.error("--draft-length and --suffix-length must be at least 1")
     records.apply_threads(args)
 
-    from draftsmith.drafters import DraftShape, Sampling
+    from draftsmith.drafters import DraftShape
     from draftsmith.drafters.suffix import Config as SuffixConfig
     from draftsmith.eval import small_batch
-    from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate
     from draftsmith.eval.prompts import load_prompts
-    from draftsmith.eval.runner import drafter_kind, load_drafter
+    from draftsmith.eval.runner import drafter_kind, load_drafter, per_category
     from draftsmith.target import load_target
 
-    from common import decode_interleaved, method_rows
+    from common import beside_plain, decode_interleaved, method_rows
 
     target = load_target(args.target)
     prompts = load_prompts(args.prompts, target, args.num_prompts, answer_tokens=args.max_new_tokens)
-    rows = small_batch.tune_and_install(target.model)["rows"]
-    greedy, eos = Sampling(), eos_ids(target)
+    rows = small_batch.tune_and_install(target.model)["rows"]  # before the proposers measure their costs
     fallback = drafter_kind(args.drafter) in ("eagle", "mtp")  # what `draftsmith eval` does for these chains
     proposers = {
         "suffix": (load_drafter("suffix", target, suffix_config=SuffixConfig(), draft_budget=args.suffix_length),
@@ -93,18 +71,15 @@ def main() -> None:
                                 draft_budget=args.suffix_length, draft_length=args.draft_length,
                                 hybrid_drafter_length=args.draft_length), DraftShape(args.suffix_length)),
     }
-    methods = {"plain": lambda ids: plain_generate(target, ids, greedy, args.max_new_tokens, eos)}
-    for name, (proposer, shape) in proposers.items():
-        small_batch.install_on_proposer(proposer, target, rows)
-        methods[name] = (lambda ids, p=proposer, s=shape: speculative_generate(
-            target, p, ids, s, greedy, args.max_new_tokens, eos))
-    runs = decode_interleaved(methods, prompts)
+    runs = decode_interleaved(beside_plain(target, proposers, rows, args.max_new_tokens), prompts)
 
     overall = method_rows(runs, "plain", "plain")
-    by_category = category_rows(runs, prompts)
+    tables = {name: per_category(prompts, runs[name], runs["plain"]) for name in proposers}  # as eval's reports
+    by_category = {category: {"prompts": row["prompts"], **{name: tables[name][category] for name in proposers}}
+                   for category, row in tables["hybrid"].items()}
     singles = ("suffix", "drafter")
     print(f"\n{'':<16}" + "".join(f"{name + ' τ':>12}{name + ' ×':>12}" for name in proposers))
-    for category, row in [*(by_category.items() if len(by_category) > 1 else ()), ("all", None)]:
+    for category, row in [*by_category.items(), ("all", None)]:
         cells = (row[name] if row else {"acceptance_length": overall[name]["acceptance_length"],
                                          "speedup": overall[name]["speedup_vs_plain"]} for name in proposers)
         print(f"{category:<16}" + "".join(f"{c['acceptance_length']:12.2f}{c['speedup']:12.2f}" for c in cells))
