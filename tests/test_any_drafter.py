@@ -105,15 +105,17 @@ def once(key, run):
 
 
 class Recorder:
-    """A proposer that keeps every draft it makes (the decoder sees the proposer it wraps)."""
+    """A proposer that keeps every draft it makes and the shape each was asked for (the decoder sees the proposer
+    it wraps)."""
 
     def __init__(self, proposer):
-        self.proposer, self.drafts = proposer, []
+        self.proposer, self.drafts, self.shapes = proposer, [], []
 
     def __getattr__(self, name):
         return getattr(self.proposer, name)
 
     def propose(self, state, shape, sampling):
+        self.shapes.append(shape)
         draft = self.proposer.propose(state, shape, sampling)
         self.drafts.append(draft.tokens.tolist())
         return draft

@@ -4,6 +4,7 @@ and Qwen3 targets with a trained-ish EAGLE drafter, and lossless sampling with m
 import pytest
 import torch
 from test_decoder_sampling import chi2_pvalue, exact_marginals, small_vocab_target
+from test_any_drafter import Recorder
 from test_eagle_decode import frozen, train_on_own_output
 from tiny import tiny_target
 
@@ -76,20 +77,6 @@ def test_hybrid_greedy_equals_plain_and_skips_the_drafter_on_some_passes(arch):
     assert hybrid.passes["merged"] > 0 and set(hybrid.passes) <= {"merged", "drafter"}
 
 
-class ShapeSpy:
-    """A drafter that records the shape of every draft it is asked for."""
-
-    def __init__(self, proposer):
-        self.proposer, self.shapes = proposer, []
-
-    def __getattr__(self, name):
-        return getattr(self.proposer, name)
-
-    def propose(self, state, shape, sampling):
-        self.shapes.append(shape)
-        return self.proposer.propose(state, shape, sampling)
-
-
 def test_a_short_drafter_chain_beside_the_whole_length_of_suffix_candidates():
     """drafter_length: the drafter drafts chains of its own length while suffix candidates run to the draft length;
     greedy output stays plain's."""
@@ -98,14 +85,13 @@ def test_a_short_drafter_chain_beside_the_whole_length_of_suffix_candidates():
         target.model.get_output_embeddings().weight.mul_(30)
     prompt = torch.tensor([[257, 40, 41, 42, 43, 40, 41, 42, 44, 40, 41]])
     plain = plain_generate(target, prompt, Sampling(), 30, eos=set()).tokens
-    spy = ShapeSpy(eagle.create(eagle.Config(ttt_steps=2), target).proposer(target))
+    spy = Recorder(eagle.create(eagle.Config(ttt_steps=2), target).proposer(target))
     hybrid = HybridProposer(SuffixProposer(Config(adaptive=False)), spy, drafter_length=2)  # the drafter every pass
-    sent, propose = [], hybrid.propose
-    hybrid.propose = lambda state, shape, sampling: sent.append(propose(state, shape, sampling)) or sent[-1]
-    result = speculative_generate(target, hybrid, prompt, DraftShape(6), Sampling(), 30, eos=set())
+    sent = Recorder(hybrid)
+    result = speculative_generate(target, sent, prompt, DraftShape(6), Sampling(), 30, eos=set())
     assert result.tokens == plain
     assert spy.shapes and {shape.length for shape in spy.shapes} == {2}
-    assert max(len(draft) for draft in sent) > 2  # the suffix candidates run longer than the drafter's chains
+    assert max(len(draft) for draft in sent.drafts) > 2  # the suffix candidates run longer than the drafter's chains
     assert hybrid.describe()["drafter_length"] == 2
     assert HybridProposer(SuffixProposer(), spy).drafter_shape(DraftShape(6)).length == 6
     tree = DraftShape(tree=(3, 2, 6))
