@@ -1,5 +1,5 @@
 """The hybrid proposer: merged trees, the skip decision, greedy output identical to plain decoding on tiny Llama
-and Qwen3 targets with a trained-ish EAGLE drafter, and lossless sampling with mixed trees (chi-square)."""
+and Qwen3 targets and on the real SmolLM2 with a trained-ish EAGLE drafter, and lossless sampling with mixed trees (chi-square)."""
 
 import pytest
 import torch
@@ -75,6 +75,29 @@ def test_hybrid_greedy_equals_plain_and_skips_the_drafter_on_some_passes(arch):
     hybrid = HybridProposer(SuffixProposer(), drafter.proposer(target))
     assert speculative_generate(target, hybrid, prompt, DraftShape(4), Sampling(), 40, eos=set()).tokens == plain
     assert hybrid.passes["merged"] > 0 and set(hybrid.passes) <= {"merged", "drafter"}
+
+
+def test_on_the_real_target_the_hybrid_decodes_what_plain_decoding_does(smollm2):
+    """SmolLM2 with an EAGLE-3 drafter fitted to part of its own output: chains and trees, with the measured cost
+    curve deciding when the drafter runs and without one (it runs every pass), give plain decoding's tokens."""
+    target = frozen(smollm2)  # the drafter learns; the target never does
+    code = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"
+    chat = [{"role": "user", "content": "Add a docstring to each function:\n" + code}]
+    prompt = torch.tensor([target.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
+                                                                return_dict=True)["input_ids"]])  # it copies the code
+    plain = plain_generate(target, prompt, Sampling(), 32, eos=set()).tokens
+    torch.manual_seed(0)
+    drafter = train_on_own_output(target, eagle.create(eagle.Config(ttt_steps=2), target), prompt, plain[:16], steps=10)
+    calibrated = HybridProposer(SuffixProposer(), drafter.proposer(target), drafter_length=2)
+    calibrated.calibrate(target, 6)
+    for hybrid, shape in ((calibrated, DraftShape(6)), (calibrated, DraftShape(tree=(3, 2, 6))),
+                          (HybridProposer(SuffixProposer(), drafter.proposer(target)), DraftShape(3))):
+        hybrid.passes.clear()
+        result = speculative_generate(target, hybrid, prompt, shape, Sampling(), 32, eos=set())
+        assert result.tokens == plain, (shape, hybrid.passes)
+    # without a curve the drafter runs every pass: merged trees where the suffix matched, its own chain elsewhere
+    assert hybrid.passes["merged"] > 0 and set(hybrid.passes) <= {"merged", "drafter"}, hybrid.passes
+    assert sum(c.accepted for c in result.cycles) > 5
 
 
 def test_a_short_drafter_chain_beside_the_whole_length_of_suffix_candidates():
