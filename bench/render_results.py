@@ -402,6 +402,9 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
     "hybrid": ("Suffix matching, the drafter and their hybrid", hybrid,
                "python bench/hybrid.py --drafter runs/bench-eagle3/eagle3-v2048/best --prompts humaneval "
                "--num-prompts 40 --max-new-tokens 128"),
+    "hybrid_by_category": ("Suffix matching, the drafter and their hybrid, by category", hybrid,
+                           "python bench/hybrid.py --drafter runs/bench-eagle3/eagle3-v2048/best --prompts builtin:suite "
+                           "--num-prompts 80 --max-new-tokens 96"),
     "repeated_workload": ("Repeated requests: the cross-request suffix cache", repeated_workload,
                           "python bench/repeated_workload.py --num-prompts 24 --cache-tokens 4096 512"),
     "serving": ("Serving under load (serve-sim)", serving, "python bench/serving.py --drafter DRAFTER"),
