@@ -230,7 +230,8 @@ def test_a_recipe_reports_drafter_suffix_and_hybrid_side_by_side(tmp_path):
     prompts.write_text("".join(json.dumps({"prompt": f"count from {k}"}) + "\n" for k in (3, 11)))
     recipe = recipe_dict(assets, "eagle3", max_steps=2, checkpoint_every=2, eval_every=2)
     recipe["report"] = {"num_prompts": 2, "prompts": str(prompts), "max_new_tokens": 10, "draft_length": 3,
-                        "suffix_length": 5, "transformers_baseline": False, "methods": ["drafter", "suffix", "hybrid"]}
+                        "suffix_length": 5, "transformers_baseline": False, "methods": ["drafter", "suffix", "hybrid"],
+                        "suffix_cache_tokens": 64}
     recipe["output_dir"] = str(tmp_path / "run")
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     assert cli.main(["train", str(tmp_path / "recipe.yaml")]) == 0
@@ -241,5 +242,9 @@ def test_a_recipe_reports_drafter_suffix_and_hybrid_side_by_side(tmp_path):
                for method in ("drafter", "suffix", "hybrid")}  # suffix candidates of 5 beside the drafter's 3
     assert [lengths[m]["draft_length"] for m in ("drafter", "suffix", "hybrid")] == [3, 5, 5]
     assert [lengths[m]["hybrid_drafter_length"] for m in ("drafter", "suffix", "hybrid")] == [0, 0, 3]
+    assert [lengths[m]["suffix_cache_tokens"] for m in ("drafter", "suffix", "hybrid")] == [0, 64, 64]
+    caches = {m: json.loads((tmp_path / "run" / "eval" / m / "results.json").read_text())["drafter"]
+              for m in ("suffix", "hybrid")}  # the first prompt's output went into the cache before the second
+    assert caches["suffix"]["cache"]["documents"] >= 1 and caches["hybrid"]["suffix"]["cache"]["documents"] >= 1
     table = (tmp_path / "run" / "eval" / "methods.md").read_text()
     assert all(f"| {method} |" in table for method in ("drafter", "suffix", "hybrid"))

@@ -206,6 +206,9 @@ class ReportSection:
     suffix_length: int = 0
     """suffix and hybrid chains: suffix candidates of up to this many tokens, each cut to what pays for the measured
     verify cost, while the hybrid's drafter keeps chains of draft_length (0 = draft_length for both)"""
+    suffix_cache_tokens: int = 0
+    """suffix and hybrid: also match the outputs of the report's earlier prompts, keeping at most this many tokens
+    (`draftsmith eval --suffix-cache-tokens`; an engine's suffix decoding keeps such a cache across requests); 0 = off"""
     tree: str | None = None
     """tree drafts instead of chains: DEPTH,TOPK,TOTAL (e.g. 5,8,32)"""
     confidence_cut: bool | None = None
@@ -274,6 +277,9 @@ class TrainConfig:
         if not self.report.methods or len(set(self.report.methods)) != len(self.report.methods):
             raise DraftsmithError(f"report.methods needs distinct methods (drafter, suffix, hybrid); got "
                                   f"{self.report.methods}.")
+        if self.report.suffix_cache_tokens < 0:
+            raise DraftsmithError(f"report.suffix_cache_tokens must be 0 (off) or positive, got "
+                                  f"{self.report.suffix_cache_tokens}.")
         if self.report.suffix_length < 0:
             raise DraftsmithError(f"report.suffix_length must be 0 (draft_length) or positive, got "
                                   f"{self.report.suffix_length}.")

@@ -134,6 +134,7 @@ def final_report(config: TrainConfig, target) -> dict | None:
             prompts=section.prompts, num_prompts=section.num_prompts, max_new_tokens=section.max_new_tokens,
             draft_length=suffix_length if suffix_length and method != "drafter" else section.draft_length,
             hybrid_drafter_length=section.draft_length if suffix_length and method == "hybrid" else 0,
+            suffix_cache_tokens=section.suffix_cache_tokens if method != "drafter" else 0,
             tree=section.tree,
             confidence_cut=None if method == "suffix" else section.confidence_cut,
             fallback=section.fallback if method == "drafter" else None,
