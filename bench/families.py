@@ -10,8 +10,9 @@ its features from it once, under OUT, and --set applies to all of them. Per fami
 short probe measures its training tokens/s, it trains for about --minutes of wall time (steps = budget /
 seconds per step), and its held-out accuracy per step or head is read from its last validation.
 Then the same HumanEval prompts are decoded at T=0, interleaved prompt by prompt, with our plain loop,
-transformers generate(), our prompt lookup, every family as a chain (--draft-length) and as an EAGLE-2
-tree (--tree), and a draft LM also in generate(assistant_model=...). Medusa-2 heads are verified by their
+transformers generate(), our prompt lookup, suffix matching, every family as a chain (--draft-length) and as an
+EAGLE-2 tree (--tree), the hybrid of suffix matching and a family's drafter (--hybrid; by default the first family),
+and a draft LM also in generate(assistant_model=...). Medusa-2 heads are verified by their
 tuned target, whose plain loop runs too: their outputs must equal it, and how often it equals the original
 target's is printed. Printed per method: tokens/s, τ, per-position acceptance, draft-time fraction, the drafter's cost per drafted token over the target's per
 token, speedup vs our plain loop and vs generate(), outputs identical to plain; per family: training
@@ -50,7 +51,8 @@ from draftsmith.drafters.prompt_lookup import Config as LookupConfig, PromptLook
 from draftsmith.eval import small_batch  # noqa: E402
 from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402
-from draftsmith.eval.runner import assisted_model, environment, hf_generate  # noqa: E402
+from draftsmith.drafters.suffix import Config as SuffixConfig  # noqa: E402
+from draftsmith.eval.runner import assisted_model, environment, hf_generate, load_drafter  # noqa: E402
 from draftsmith.train import pipeline  # noqa: E402
 from draftsmith.train.config import TrainConfig  # noqa: E402
 from draftsmith.train.recipe import TrainRecipe  # noqa: E402
@@ -86,10 +88,15 @@ parser.add_argument("--cut", nargs="*", default=[], metavar="FAMILY",
 parser.add_argument("--dynamic", nargs="*", default=[], metavar="FAMILY",
                     help="Medusa families also decoded with EAGLE-2's dynamic tree over the heads' probabilities beside "
                          "their static tree (grown from held-out rank accuracies): 'tree (SHAPE), dynamic'")
-parser.add_argument("--without", nargs="*", default=[], choices=["generate", "lookup"],
+parser.add_argument("--hybrid", nargs="*", default=None, metavar="FAMILY",
+                    help="families also decoded in the hybrid with suffix matching (`draftsmith eval --drafter "
+                         "hybrid:DIR`: suffix chains up to --lookup-length beside the family's chain of its draft length, "
+                         "in one tree per pass); default: the first family; none: --hybrid with no names")
+parser.add_argument("--without", nargs="*", default=[], choices=["generate", "lookup", "suffix"],
                     help="baselines to leave out: transformers generate() (speedups are then against our plain loop "
-                         "only), prompt lookup")
-parser.add_argument("--lookup-length", type=int, default=10, help="longest prompt-lookup draft")
+                         "only), prompt lookup, suffix matching")
+parser.add_argument("--lookup-length", type=int, default=10,
+                    help="longest prompt-lookup draft; also suffix matching's, alone and in the hybrid")
 parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE",
                     help="overrides of every family's recipe (data, prepare, budget-neutral options)")
 records.add_shared_options(parser, num_prompts=40, max_new_tokens=128, out="runs/bench-families", threads=0,
@@ -171,6 +178,11 @@ if "lookup" not in args.without:
     lookup.calibrate(target, args.lookup_length)
     methods["prompt lookup"] = lambda ids: speculative_generate(target, lookup, ids, DraftShape(args.lookup_length),
                                                                 GREEDY, args.max_new_tokens, eos)
+if "suffix" not in args.without:
+    suffix = load_drafter("suffix", target, suffix_config=SuffixConfig(), draft_budget=args.lookup_length)
+    methods["suffix"] = lambda ids: speculative_generate(target, suffix, ids, DraftShape(args.lookup_length),
+                                                         GREEDY, args.max_new_tokens, eos)
+hybrids = args.families[:1] if args.hybrid is None else args.hybrid
 references = {}  # method -> the plain method its outputs must equal (Medusa-2: its tuned target's)
 for family, info in families.items():
     proposer = load_drafter_folder(info["folder"], target)  # the one loader `draftsmith eval` uses, any layout
@@ -209,6 +221,15 @@ for family, info in families.items():
             v, p, ids, s, GREEDY, args.max_new_tokens, eos))
         if verifier is not target:
             references[uncut] = references[f"{family} chain ({info['draft_length']})"]
+    if family in hybrids:  # suffix chains of --lookup-length beside the family's chain, one tree per pass
+        hybrid = load_drafter(f"hybrid:{info['folder']}", target, suffix_config=SuffixConfig(),
+                              draft_budget=args.lookup_length, draft_length=info["draft_length"],
+                              hybrid_drafter_length=info["draft_length"])
+        small_batch.install_on_proposer(hybrid, target, rows)
+        methods[f"{family} hybrid"] = (lambda ids, p=hybrid, v=verifier: speculative_generate(
+            v, p, ids, DraftShape(args.lookup_length), GREEDY, args.max_new_tokens, eos))
+        if verifier is not target:
+            references[f"{family} hybrid"] = references[f"{family} chain ({info['draft_length']})"]
     if assistant is not None:
         methods[f"{family} in generate(assistant_model)"] = (lambda ids, a=assistant: hf_generate(
             target, ids, GREEDY, args.max_new_tokens, eos, assistant_model=a))
