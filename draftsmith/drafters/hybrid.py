@@ -131,9 +131,11 @@ class HybridProposer:
         self.warm = False  # a request's first draft also runs the drafter over the prompt: not a typical cost
 
     def calibrate(self, target, longest: int) -> dict[int, float]:
-        """Measure the verify cost of 1 .. longest + 1 tokens (the suffix's own cut) and of 2 * longest + 1 (both
-        sources at full size; between them linear), in seconds; a few seconds."""
-        sizes = [*range(1, longest + 2), 2 * longest + 1]
+        """Measure the verify cost of every pass size from 1 to longest + 1 + the drafter's share (its
+        `drafter_length`, else `longest`: both sources at full size), in seconds; a few seconds. Every size, not a
+        line between the ends: where a CPU routes some row counts to a faster product (`eval.small_batch`) the
+        curve has steps that a line would hide."""
+        sizes = list(range(1, longest + (self.drafter_length or longest) + 2))
         context = torch.randint(0, target.vocab_size, (1, max(256, 2 * sizes[-1])),
                                 generator=torch.Generator().manual_seed(0))
         self.verify_cost = self.suffix.verify_cost = verify_cost_curve(target, sizes, context)
