@@ -77,6 +77,48 @@ def test_hybrid_greedy_equals_plain_and_skips_the_drafter_on_some_passes(arch):
     assert hybrid.passes["merged"] > 0 and set(hybrid.passes) <= {"merged", "drafter"}
 
 
+class AlwaysWrong:
+    """A drafter whose every draft is a token the target never emits."""
+
+    required_layers: list[int] = []
+
+    def __init__(self, token: int):
+        self.token, self.calls = token, 0
+
+    def reset(self) -> None:
+        pass
+
+    def describe(self) -> dict:
+        return {"kind": "always-wrong"}
+
+    def propose(self, state, shape, sampling):
+        self.calls += 1
+        return Draft(torch.full((shape.length,), self.token))
+
+
+def test_a_request_where_the_drafter_misses_stops_running_it_whatever_earlier_requests_say():
+    """The skip decision reads this request's own acceptance (earlier requests' rate only as its start): a drafter
+    that was right on earlier requests and misses every draft here runs a few passes, then only as a probe every
+    PROBE_EVERY skipped passes; the output stays plain's."""
+    from draftsmith.drafters.hybrid import PROBE_EVERY
+
+    target = frozen(tiny_target("llama"))
+    with torch.no_grad():
+        target.model.get_output_embeddings().weight.mul_(30)
+    prompt = torch.tensor([[257, 40, 41, 42, 43, 40, 41, 42, 44, 40, 41]])
+    plain = plain_generate(target, prompt, Sampling(), 120, eos=set()).tokens
+    wrong = AlwaysWrong(next(t for t in range(target.vocab_size) if t not in plain and t not in prompt[0]))
+    cost = {n: 1.0 + 0.5 * (n - 1) for n in range(1, 24)}  # a drafted node costs half a pass
+    hybrid = HybridProposer(SuffixProposer(), wrong, verify_cost=cost, drafter_length=2)
+    hybrid.by_depth = [[95, 100], [90, 95]]  # earlier requests: a drafter right 95% of the time
+    result = speculative_generate(target, hybrid, prompt, DraftShape(4), Sampling(), 120, eos=set())
+    assert result.tokens == plain
+    probes = (len(result.cycles) - 8) // (PROBE_EVERY + 1)
+    assert len(result.cycles) > 2 * PROBE_EVERY and probes <= wrong.calls <= 8 + probes + 1, (wrong.calls, hybrid.passes)
+    hybrid.reset()  # the next request starts from the rate over all requests, now lowered by this one's misses
+    assert hybrid.by_depth[0][1] == 100 + wrong.calls and hybrid.request_by_depth == []
+
+
 def test_on_the_real_target_the_hybrid_decodes_what_plain_decoding_does(smollm2):
     """SmolLM2 with an EAGLE-3 drafter fitted to part of its own output: chains and trees, with the measured cost
     curve deciding when the drafter runs and without one (it runs every pass), give plain decoding's tokens."""

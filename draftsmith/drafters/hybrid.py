@@ -10,10 +10,13 @@ Medusa, DFlash/DSpark, a draft LM) is worth running, by expected accepted tokens
 
 E_s = sum of the suffix scores, S_1 = the chance that one of its first tokens is accepted (the drafter adds
 tokens mostly where the suffix is wrong from the start: an approximation), n_s its node count; E_d = sum over
-depths j of prod_{i<=j} a_i, with a_i the drafter's acceptance at depth i measured by the hybrid on the committed
-tokens (an optimistic 3 of 4 until seen), n_d and the draft seconds the medians of the drafter's recent drafts, and
-t the target's measured verify-cost curve, in seconds (`calibrate`). Only past passes feed these, never this
-pass's target output. Without a curve the drafter always runs.
+depths j of prod_{i<=j} a_i, with a_i the drafter's acceptance at depth i in this request, measured by the hybrid on
+the committed tokens and started from its rate over all requests so far (that rate counts as PRIOR drafts; it starts
+at an optimistic 3 of 4): a drafter that is right on code and wrong on an extraction prompt is judged per request.
+n_d and the draft seconds are the medians of the drafter's recent drafts, and t the target's measured verify-cost
+curve, in seconds (`calibrate`). A request whose drafter has been skipped PROBE_EVERY passes in a row runs it once
+more, so its estimate can recover. Only past passes feed these, never this pass's target output. Without a curve
+the drafter always runs.
 
 Exactness. Greedy: any draft gives the target's own tokens. Sampling: suffix candidates are point-mass drafts
 (q = 1 on the token), so a merged tree is verified as a tree of one-hot candidates (DESIGN §3, `verify_tree`),
@@ -34,6 +37,11 @@ import torch
 from draftsmith.cost import verify_cost_curve
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
 from draftsmith.drafters.suffix import Candidates, SuffixProposer
+
+PRIOR = 4
+"""the rate over all requests counts as this many drafts in a request's own acceptance estimate"""
+PROBE_EVERY = 16
+"""a request's drafter, skipped this many passes in a row, runs once more (so its estimate can recover)"""
 
 
 def pass_cost(cost: dict[int, float], n: int) -> float:
@@ -117,7 +125,7 @@ class HybridProposer:
         self.verify_cost = verify_cost
         if verify_cost is not None:
             suffix.verify_cost = verify_cost
-        self.by_depth: list[list[int]] = []  # the drafter's own drafts: per depth [accepted, offered]
+        self.by_depth: list[list[int]] = []  # the drafter's own drafts, all requests: per depth [accepted, offered]
         self.draft_seconds: deque[float] = deque(maxlen=16)
         self.draft_sizes: deque[int] = deque(maxlen=16)
         self.passes: Counter[str] = Counter()  # merged / suffix / drafter / plain
@@ -129,6 +137,8 @@ class HybridProposer:
         self.drafter.reset()
         self.pending: tuple[int, list[int], list[int]] | None = None
         self.warm = False  # a request's first draft also runs the drafter over the prompt: not a typical cost
+        self.request_by_depth: list[list[int]] = []  # this request's drafts: per depth [accepted, offered]
+        self.skipped = 0  # passes in a row this request has skipped the drafter
 
     def calibrate(self, target, longest: int) -> dict[int, float]:
         """Measure the verify cost of every pass size from 1 to longest + 1 + the drafter's share (its
@@ -143,7 +153,7 @@ class HybridProposer:
 
     def describe(self) -> dict:
         """Both sources, how passes were drafted, and what the skip decision reads, for reports."""
-        rates = [round((a + 3) / (o + 4), 3) for a, o in self.by_depth]
+        rates = [round(self._overall_rate(depth), 3) for depth in range(len(self.by_depth))]
         return {"kind": "hybrid", "suffix": self.suffix.describe(), "drafter": self.drafter.describe(),
                 "drafter_length": self.drafter_length,
                 "passes": dict(self.passes), "drafter_acceptance_by_depth": rates,
@@ -156,9 +166,11 @@ class HybridProposer:
         self._learn(committed)
         found = self.suffix.candidates(state, shape)
         own = self.drafter_shape(shape)
-        if not self._worth_drafting(found, own):
+        if not self._worth_drafting(found, own) and self.skipped < PROBE_EVERY:
+            self.skipped += 1
             self.passes["suffix" if found.tokens else "plain"] += 1
             return found.draft()
+        self.skipped = 0
         start = time.perf_counter()
         draft = self.drafter.propose(state, own, sampling)
         if self.warm:
@@ -187,12 +199,17 @@ class HybridProposer:
         reach = max(round(nodes), 1) if shape.tree is None else shape.tree[0]  # a cut-short drafter may lengthen again
         expected, through = 0.0, 1.0
         for depth in range(reach):
-            accepted, offered = self.by_depth[depth] if depth < len(self.by_depth) else (0, 0)
-            through *= (accepted + 3) / (offered + 4)  # an optimistic start: 3 of 4
+            accepted, offered = self.request_by_depth[depth] if depth < len(self.request_by_depth) else (0, 0)
+            through *= (accepted + PRIOR * self._overall_rate(depth)) / (offered + PRIOR)
             expected += through
         first = sum(score for score, parent in zip(found.scores, found.parents) if parent < 0)
         seconds = median(self.draft_seconds) if self.draft_seconds else 0.0
         return drafting_pays(sum(found.scores), first, len(found.tokens), expected, nodes, seconds, self.verify_cost)
+
+    def _overall_rate(self, depth: int) -> float:
+        """The drafter's acceptance at `depth` over all requests so far, from an optimistic 3 of 4."""
+        accepted, offered = self.by_depth[depth] if depth < len(self.by_depth) else (0, 0)
+        return (accepted + 3) / (offered + 4)
 
     def _learn(self, committed: list[int]) -> None:
         """Per-depth acceptance of the drafter's previous draft, read off the committed tokens; under greedy
@@ -202,8 +219,9 @@ class HybridProposer:
         at, tokens, parents = self.pending
         self.pending = None
         accepted, offered = accepted_depth(tokens, parents, committed[at:])
-        while len(self.by_depth) < offered:
-            self.by_depth.append([0, 0])
-        for depth in range(offered):
-            self.by_depth[depth][1] += 1
-            self.by_depth[depth][0] += depth < accepted
+        for counts in (self.by_depth, self.request_by_depth):
+            while len(counts) < offered:
+                counts.append([0, 0])
+            for depth in range(offered):
+                counts[depth][1] += 1
+                counts[depth][0] += depth < accepted
