@@ -424,6 +424,15 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
 
 
 # ----------------------------------------------------------------------------- records and the page
+SCRIPTS = {"hybrid_by_category": "hybrid"}
+"""records whose bench is not their script's name: bench/hybrid.py writes HumanEval and by-category records"""
+
+
+def script(bench: str) -> str:
+    """The bench/ script (without .py) that writes `bench`'s records."""
+    return SCRIPTS.get(bench, bench)
+
+
 def latest_records(results: Path = RESULTS) -> dict[str, dict]:
     """The latest record of each bench under `results` (latest by its date, then by file name)."""
     latest = {}
@@ -458,7 +467,7 @@ def render(results: Path = RESULTS) -> str:
              "figures come from. Speedups are ratios measured side by side in one run. Whether the code a record "
              "measured has changed since is not on this page: `python bench/render_results.py --stale` says."), ""]
     for bench, (title, tables, command) in CANONICAL.items():
-        lines += [f'<a id="{bench}"></a>', "", f"## {title} (`bench/{bench}.py`)", ""]
+        lines += [f'<a id="{bench}"></a>', "", f"## {title} (`bench/{script(bench)}.py`)", ""]
         entry = records.get(bench)
         if entry is None:
             lines += [f"No record yet: `{command}` makes one.", ""]
@@ -516,7 +525,7 @@ def render_readme(text: str, results: Path = RESULTS) -> str:
 # ----------------------------------------------------------------------------- staleness, asked at run time
 def watched(bench: str) -> list[str]:
     """The paths whose change can change what `bench` measures."""
-    paths = ["draftsmith", f"bench/{bench}.py", "bench/common.py"] + (["bench/families.py"] if bench == "parallel_drafting" else [])
+    paths = ["draftsmith", f"bench/{script(bench)}.py", "bench/common.py"] + (["bench/families.py"] if bench == "parallel_drafting" else [])
     return paths + (["recipes"] if bench in ("families", "parallel_drafting", "eagle3_smollm2", "general_mix") else [])
 
 
