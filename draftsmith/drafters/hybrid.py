@@ -37,6 +37,7 @@ import torch
 from draftsmith.cost import verify_cost_curve
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
 from draftsmith.drafters.suffix import Candidates, SuffixProposer
+from draftsmith.eval.small_batch import MAX_ROWS
 
 PRIOR = 4
 """the rate over all requests counts as this many drafts in a request's own acceptance estimate"""
@@ -141,11 +142,13 @@ class HybridProposer:
         self.skipped = 0  # passes in a row this request has skipped the drafter
 
     def calibrate(self, target, longest: int) -> dict[int, float]:
-        """Measure the verify cost of every pass size from 1 to longest + 1 + the drafter's share (its
-        `drafter_length`, else `longest`: both sources at full size), in seconds; a few seconds. Every size, not a
-        line between the ends: where a CPU routes some row counts to a faster product (`eval.small_batch`) the
-        curve has steps that a line would hide."""
-        sizes = list(range(1, longest + (self.drafter_length or longest) + 2))
+        """Measure the verify cost of a pass with both sources at full size (longest + 1 + the drafter's
+        `drafter_length`, else `longest`) and of every size below it up to longest + 1 or the few-row products'
+        last tuned row count + 1, whichever is larger (between those and the top: linear), in seconds; a few
+        seconds. Where a CPU routes some row counts to a faster product (`eval.small_batch`) the curve has a step
+        where they end, which a line would hide."""
+        top = longest + (self.drafter_length or longest) + 1
+        sizes = [*range(1, min(top, max(longest + 1, MAX_ROWS + 1)) + 1), top]
         context = torch.randint(0, target.vocab_size, (1, max(256, 2 * sizes[-1])),
                                 generator=torch.Generator().manual_seed(0))
         self.verify_cost = self.suffix.verify_cost = verify_cost_curve(target, sizes, context)
