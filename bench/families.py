@@ -113,6 +113,8 @@ for flag, decoded, extra in (("--family", True, args.family), ("--variant", Fals
         if name in runs_to_train:
             parser.error(f"{flag} {name}: that name is taken")
         runs_to_train[name] = (family, overrides, decoded)
+if unknown := set(args.hybrid or []) - set(runs_to_train):
+    parser.error(f"--hybrid {' '.join(sorted(unknown))}: not a family or --family run of this bench")
 
 
 def recipe(family: str, name: str, *overrides: str, data_from: TrainConfig | None = None) -> TrainConfig:
