@@ -9,8 +9,8 @@ One process, one target, every prompt decoded by each method in alternating orde
 our plain loop; suffix matching alone (chains of up to --suffix-length, each cut to what pays for the measured
 verify cost); the drafter alone (chains of --draft-length, with the running-acceptance fallback that
 `draftsmith eval` gives EAGLE and MTP chains); and the hybrid (suffix candidates of up to --suffix-length merged with
-the drafter's chain of --draft-length in one tree per verify pass, the drafter skipped where a confident match makes
-it not worth its draft time). As in `draftsmith eval`, the target's linear layers get W·xᵀ for few-row inputs where
+the drafter's chain of up to --draft-length in one tree per verify pass, the drafter skipped where a confident match
+makes it not worth its draft time, and each pass's chain length and suffix nodes those that pay for their cost). As in `draftsmith eval`, the target's linear layers get W·xᵀ for few-row inputs where
 that is measured faster, for every method.
 
 Printed and recorded under results/hybrid/ (HumanEval) or results/hybrid_by_category/ (any other prompt set): τ,

@@ -9,7 +9,7 @@ from test_eagle_decode import frozen, train_on_own_output
 from tiny import tiny_target
 
 from draftsmith.drafters import Draft, DraftShape, Sampling, eagle
-from draftsmith.drafters.hybrid import HybridProposer, accepted_depth, drafting_pays, merge, pass_cost
+from draftsmith.drafters.hybrid import HybridProposer, accepted_depth, best_pass, merge, pass_cost
 from draftsmith.drafters.suffix import Candidates, Config, SuffixProposer
 from draftsmith.eval import decoder
 from draftsmith.eval.decoder import plain_generate, speculative_generate
@@ -41,14 +41,39 @@ def test_pass_cost_interpolates_the_measured_curve():
     assert pass_cost(cost, 13) == pytest.approx(2.9)  # beyond: the last slope
 
 
-def test_the_drafter_runs_only_where_it_pays():
+def test_the_drafter_runs_only_where_it_pays_at_the_length_and_beside_the_suffix_nodes_that_pay():
     flat = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 20)}
-    no_match = {"expected_suffix": 0.0, "suffix_first": 0.0, "suffix_nodes": 0}
-    confident = {"expected_suffix": 3.6, "suffix_first": 0.97, "suffix_nodes": 4}
-    assert drafting_pays(**no_match, expected_drafter=2.0, drafter_nodes=4, drafter_seconds=0.01, cost=flat)
-    assert not drafting_pays(**confident, expected_drafter=2.0, drafter_nodes=4, drafter_seconds=0.01, cost=flat)
-    assert not drafting_pays(**no_match, expected_drafter=2.0, drafter_nodes=4, drafter_seconds=3.0, cost=flat)
-    assert not drafting_pays(**no_match, expected_drafter=0.2, drafter_nodes=4, drafter_seconds=0.0, cost=flat)
+    chain = [-1, 0, 1, 2, 3]
+
+    def kept(scores, expected_drafter, drafter_seconds=0.0, cost=flat, parents=chain):
+        plan = best_pass(scores, parents[: len(scores)], [(expected_drafter, 2, drafter_seconds)], cost)
+        return None if plan is None else plan[0]
+
+    assert kept([], 2.0) == 0  # no match: the drafter's draft alone
+    assert kept([], 2.0, drafter_seconds=3.0) is None and kept([], 0.1) is None  # too slow, too often wrong
+    assert kept([0.97, 0.95, 0.93, 0.9], 2.0) is None  # a confident match leaves the drafter little to add
+    assert kept([0.3, 0.2], 0.6) == 2  # a weak match and a fair drafter: both, every suffix node
+    assert kept([0.3, 0.2], 1.5) == 0  # beside a strong drafter the weak match is not worth its verify time
+    # S_1 counts depth-1 nodes only: a second first token leaves the drafter less room than a deeper node does
+    assert kept([0.3, 0.3], 0.6) == 2 and kept([0.3, 0.3], 0.6, parents=[-1, -1]) is None
+    # (1 + 0.9 + 0.85 + (1 - 0.9) * 1) / t(2 + 1 + 1) beats every other count and the suffix alone: where each node
+    # costs a fifth of a pass, the weak tail is dropped beside the drafter
+    steep = {n: 1.0 + 0.2 * (n - 1) for n in range(1, 20)}
+    assert best_pass([0.9, 0.85, 0.1, 0.05, 0.02], chain, [(1.0, 1, 0.0)], steep) == (2, 0)
+    # chains of 1 and 2 on offer (E_d 0.8 and 0.8 + 0.8 * d_2): a second token that is seldom right is not worth
+    # its draft time and verify row, one that is mostly right is
+    one_or_two = [(0.8, 1, 0.1), (0.8 + 0.8 * 0.1, 2, 0.2)]
+    assert best_pass([], [], one_or_two, flat) == (0, 0)
+    one_or_two = [(0.8, 1, 0.1), (0.8 + 0.8 * 0.9, 2, 0.2)]
+    assert best_pass([], [], one_or_two, flat) == (0, 1)
+
+
+def test_a_chain_length_costs_what_it_was_measured_at_else_its_nearest_measured_neighbour():
+    hybrid = HybridProposer(SuffixProposer(), AlwaysWrong(0))
+    assert hybrid._chain_seconds(2) == 0.0  # nothing measured yet
+    hybrid.length_seconds = {2: [0.02, 0.03, 0.04], 4: [0.05]}
+    assert hybrid._chain_seconds(2) == 0.03 and hybrid._chain_seconds(1) == 0.03  # a shorter chain: as dear
+    assert hybrid._chain_seconds(3) == 0.05 and hybrid._chain_seconds(8) == 0.05  # a tie goes to the longer
 
 
 # --------------------------------------------------------------------------- greedy: identical to plain

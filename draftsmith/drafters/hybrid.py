@@ -3,20 +3,27 @@
 Suffix matching is free and wins where the output copies the prompt or earlier output; a trained drafter wins where
 the text is new. Each pass the hybrid takes the suffix candidates (`suffix.SuffixProposer`, with their scores:
 estimated chances that the target accepts each path) and decides whether the drafter (any Proposer: EAGLE, MTP,
-Medusa, DFlash/DSpark, a draft LM) is worth running, by expected accepted tokens per second:
+Medusa, DFlash/DSpark, a draft LM) is worth running, how long its chain should be, and beside how many of the suffix
+nodes, by expected accepted tokens per second:
 
-    suffix alone:  (1 + E_s) / t(n_s + 1)
-    with drafter:  (1 + E_s + (1 - S_1) * E_d) / (t(n_s + n_d + 1) + draft seconds)
+    suffix alone:                 (1 + E_s) / t(n_s + 1)
+    drafter and the first m:      (1 + E_s(m) + (1 - S_1(m)) * E_d) / (t(m + n_d + 1) + draft seconds)
 
-E_s = sum of the suffix scores, S_1 = the chance that one of its first tokens is accepted (the drafter adds
-tokens mostly where the suffix is wrong from the start: an approximation), n_s its node count; E_d = sum over
-depths j of prod_{i<=j} a_i, with a_i the drafter's acceptance at depth i in this request, measured by the hybrid on
-the committed tokens and started from its rate over all requests so far (that rate counts as PRIOR drafts; it starts
+E_s = sum of the suffix scores, E_s(m) that of its first m nodes (parents come first, so they are a tree), S_1(m) the
+chance that one of their depth-1 tokens is accepted (the drafter adds tokens mostly where the suffix is wrong from
+the start: an approximation), n_s the node count; m = 0 is the drafter's draft alone. Beside the drafter, fewer
+suffix nodes can pay more: each node costs more verify time on top of the drafter's. E_d = sum over depths j <= n_d
+of prod_{i<=j} a_i, with a_i the drafter's acceptance at depth i in this request, measured by the hybrid on the
+committed tokens and started from its rate over all requests so far (that rate counts as PRIOR drafts; it starts
 at an optimistic 3 of 4): a drafter that is right on code and wrong on an extraction prompt is judged per request.
-n_d and the draft seconds are the medians of the drafter's recent drafts, and t the target's measured verify-cost
+A chain drafter is weighed at every length n_d up to its own, so a request where its deeper tokens miss gets shorter
+chains (draft seconds: the median of its recent drafts of that length, else of the nearest length it has drafted,
+the longer on a tie: a length is taken to cost what its neighbour does until it is measured, as fits both a drafter
+that runs once per token and one that drafts all tokens in one forward); a tree drafter at its tree (n_d and the
+draft seconds: medians of its recent drafts). t is the target's measured verify-cost
 curve, in seconds (`calibrate`). A request whose drafter has been skipped PROBE_EVERY passes in a row runs it once
 more, so its estimate can recover. Only past passes feed these, never this pass's target output. Without a curve
-the drafter always runs.
+the drafter always runs, beside every suffix node.
 
 Exactness. Greedy: any draft gives the target's own tokens. Sampling: suffix candidates are point-mass drafts
 (q = 1 on the token), so a merged tree is verified as a tree of one-hot candidates (DESIGN §3, `verify_tree`),
@@ -39,7 +46,7 @@ from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampli
 from draftsmith.drafters.suffix import Candidates, SuffixProposer
 from draftsmith.eval.small_batch import MAX_ROWS
 
-PRIOR = 4
+PRIOR = 2
 """the rate over all requests counts as this many drafts in a request's own acceptance estimate"""
 PROBE_EVERY = 16
 """a request's drafter, skipped this many passes in a row, runs once more (so its estimate can recover)"""
@@ -62,13 +69,23 @@ def pass_cost(cost: dict[int, float], n: int) -> float:
     return cost[last] + slope * (n - last)
 
 
-def drafting_pays(expected_suffix: float, suffix_first: float, suffix_nodes: int, expected_drafter: float,
-                  drafter_nodes: float, drafter_seconds: float, cost: dict[int, float]) -> bool:
-    """Whether running the drafter beside the suffix candidates gives more expected tokens per second than the
-    suffix candidates alone (the formula in the module docstring)."""
-    alone = (1 + expected_suffix) / pass_cost(cost, suffix_nodes + 1)
-    together = 1 + expected_suffix + (1 - min(suffix_first, 1.0)) * expected_drafter
-    return together / (pass_cost(cost, round(suffix_nodes + drafter_nodes) + 1) + drafter_seconds) > alone
+def best_pass(scores: list[float], parents: list[int], drafts: list[tuple[float, float, float]],
+              cost: dict[int, float]) -> tuple[int, int] | None:
+    """The pass with the most expected tokens per second (the formulas in the module docstring): (suffix nodes kept,
+    0 to len, beside `drafts`[index]), or None where the suffix nodes (scores, parents: parents first) alone pay
+    best. `drafts`: the drafter's drafts on offer, each (expected accepted tokens E_d, nodes n_d, draft seconds)."""
+    best, best_value = None, (1 + sum(scores)) / pass_cost(cost, len(scores) + 1)
+    for index, (expected_drafter, nodes, seconds) in enumerate(drafts):
+        expected, first = 0.0, 0.0
+        for kept in range(len(scores) + 1):
+            if kept:
+                expected += scores[kept - 1]
+                first += scores[kept - 1] if parents[kept - 1] < 0 else 0.0
+            together = 1 + expected + (1 - min(first, 1.0)) * expected_drafter
+            value = together / (pass_cost(cost, round(kept + nodes) + 1) + seconds)
+            if value > best_value:
+                best, best_value = (kept, index), value
+    return best
 
 
 def merge(found: Candidates, draft: Draft) -> Draft:
@@ -129,6 +146,7 @@ class HybridProposer:
         self.by_depth: list[list[int]] = []  # the drafter's own drafts, all requests: per depth [accepted, offered]
         self.draft_seconds: deque[float] = deque(maxlen=16)
         self.draft_sizes: deque[int] = deque(maxlen=16)
+        self.length_seconds: dict[int, deque[float]] = {}  # a chain drafter's seconds per draft, by length asked
         self.passes: Counter[str] = Counter()  # merged / suffix / drafter / plain
         self.reset()
 
@@ -169,15 +187,21 @@ class HybridProposer:
         self._learn(committed)
         found = self.suffix.candidates(state, shape)
         own = self.drafter_shape(shape)
-        if not self._worth_drafting(found, own) and self.skipped < PROBE_EVERY:
+        plan = self._plan(found, own)
+        if plan is None and self.skipped < PROBE_EVERY:
             self.skipped += 1
             self.passes["suffix" if found.tokens else "plain"] += 1
             return found.draft()
+        if plan is not None:  # else a probe: the drafter's whole draft beside every suffix node
+            kept, own = plan
+            found = Candidates(found.tokens[:kept], found.parents[:kept], found.scores[:kept])
         self.skipped = 0
         start = time.perf_counter()
         draft = self.drafter.propose(state, own, sampling)
         if self.warm:
             self.draft_seconds.append(time.perf_counter() - start)
+            if own.tree is None:
+                self.length_seconds.setdefault(own.length, deque(maxlen=16)).append(self.draft_seconds[-1])
         self.warm = True
         self.draft_sizes.append(len(draft))
         if len(draft):
@@ -194,20 +218,34 @@ class HybridProposer:
             return shape
         return DraftShape(length=min(shape.length, self.drafter_length))
 
-    def _worth_drafting(self, found: Candidates, shape: DraftShape) -> bool:
+    def _plan(self, found: Candidates, shape: DraftShape) -> tuple[int, DraftShape] | None:
+        """This pass's plan (`best_pass`): how many suffix nodes go beside the drafter's draft and the drafter's shape
+        (chains: any length up to `shape`'s); None: skip the drafter. Without a cost curve: all of both."""
         if self.verify_cost is None:
-            return True
-        budget = shape.length if shape.tree is None else shape.tree[2]
-        nodes = median(self.draft_sizes) if self.draft_sizes else budget
-        reach = max(round(nodes), 1) if shape.tree is None else shape.tree[0]  # a cut-short drafter may lengthen again
-        expected, through = 0.0, 1.0
+            return len(found.tokens), shape
+        reach = shape.length if shape.tree is None else shape.tree[0]
+        through, accept = [], 1.0  # chance the drafter's chain is accepted through each depth, in this request
         for depth in range(reach):
             accepted, offered = self.request_by_depth[depth] if depth < len(self.request_by_depth) else (0, 0)
-            through *= (accepted + PRIOR * self._overall_rate(depth)) / (offered + PRIOR)
-            expected += through
-        first = sum(score for score, parent in zip(found.scores, found.parents) if parent < 0)
-        seconds = median(self.draft_seconds) if self.draft_seconds else 0.0
-        return drafting_pays(sum(found.scores), first, len(found.tokens), expected, nodes, seconds, self.verify_cost)
+            accept *= (accepted + PRIOR * self._overall_rate(depth)) / (offered + PRIOR)
+            through.append(accept)
+        if shape.tree is None:
+            shapes = [DraftShape(length) for length in range(1, reach + 1)]
+            drafts = [(sum(through[:length]), length, self._chain_seconds(length)) for length in range(1, reach + 1)]
+        else:
+            nodes = median(self.draft_sizes) if self.draft_sizes else shape.tree[2]
+            seconds = median(self.draft_seconds) if self.draft_seconds else 0.0
+            shapes, drafts = [shape], [(sum(through), nodes, seconds)]
+        plan = best_pass(found.scores, found.parents, drafts, self.verify_cost)
+        return None if plan is None else (plan[0], shapes[plan[1]])
+
+    def _chain_seconds(self, length: int) -> float:
+        """Draft seconds of a chain of `length`: measured at that length, else at the nearest one (the longer on a
+        tie); 0 before any."""
+        if not self.length_seconds:
+            return 0.0
+        nearest = min(self.length_seconds, key=lambda measured: (abs(measured - length), -measured))
+        return median(self.length_seconds[nearest])
 
     def _overall_rate(self, depth: int) -> float:
         """The drafter's acceptance at `depth` over all requests so far, from an optimistic 3 of 4."""
