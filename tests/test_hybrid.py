@@ -71,8 +71,9 @@ def test_the_drafter_runs_only_where_it_pays_at_the_length_and_beside_the_suffix
 def test_a_chain_length_costs_what_it_was_measured_at_else_its_nearest_measured_neighbour():
     hybrid = HybridProposer(SuffixProposer(), AlwaysWrong(0))
     assert hybrid._chain_seconds(2) == 0.0  # nothing measured yet
-    hybrid.length_seconds = {2: [0.02, 0.03, 0.04], 4: [0.05]}
-    assert hybrid._chain_seconds(2) == 0.03 and hybrid._chain_seconds(1) == 0.03  # a shorter chain: as dear
+    # the mean, not the median: the rare dear draft (catching up after skipped passes) is part of the cost
+    hybrid.length_seconds = {2: [0.02, 0.02, 0.05], 4: [0.05]}
+    assert hybrid._chain_seconds(2) == pytest.approx(0.03) and hybrid._chain_seconds(1) == pytest.approx(0.03)
     assert hybrid._chain_seconds(3) == 0.05 and hybrid._chain_seconds(8) == 0.05  # a tie goes to the longer
 
 

@@ -17,11 +17,12 @@ of prod_{i<=j} a_i, with a_i the drafter's acceptance at depth i in this request
 committed tokens and started from its rate over all requests so far (that rate counts as PRIOR drafts; it starts
 at an optimistic 3 of 4): a drafter that is right on code and wrong on an extraction prompt is judged per request.
 A chain drafter is weighed at every length n_d up to its own, so a request where its deeper tokens miss gets shorter
-chains (draft seconds: the median of its recent drafts of that length, else of the nearest length it has drafted,
+chains (draft seconds: the mean of its recent drafts of that length, else of the nearest length it has drafted,
 the longer on a tie: a length is taken to cost what its neighbour does until it is measured, as fits both a drafter
-that runs once per token and one that drafts all tokens in one forward); a tree drafter at its tree (n_d and the
-draft seconds: medians of its recent drafts). t is the target's measured verify-cost
-curve, in seconds (`calibrate`). A request whose drafter has been skipped PROBE_EVERY passes in a row runs it once
+that runs once per token and one that drafts all tokens in one forward; a mean, not a median, because the draft
+after skipped passes also catches up on the skipped tokens and is a real part of what running the drafter costs); a
+tree drafter at its tree (n_d: the median of its recent drafts' sizes; draft seconds: their mean). t is the
+target's measured verify-cost curve, in seconds (`calibrate`). A request whose drafter has been skipped PROBE_EVERY passes in a row runs it once
 more, so its estimate can recover. Only past passes feed these, never this pass's target output. Without a curve
 the drafter always runs, beside every suffix node.
 
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from statistics import median
+from statistics import fmean, median
 
 import torch
 
@@ -50,6 +51,10 @@ PRIOR = 2
 """the rate over all requests counts as this many drafts in a request's own acceptance estimate"""
 PROBE_EVERY = 16
 """a request's drafter, skipped this many passes in a row, runs once more (so its estimate can recover)"""
+CALIBRATION_REPEATS = 15
+"""passes per size when `calibrate` measures the verify-cost curve. Whether to add one drafter token to a pass turns
+on t(2) / t(1), a few percent from 1 on a CPU: with 5 repeats three calibrations on one machine gave 0.94 to 1.07
+(a token that seems free or dear by chance), with 15, 0.98 to 1.00 (about 20 s for the bench's 11 sizes)."""
 
 
 def pass_cost(cost: dict[int, float], n: int) -> float:
@@ -162,14 +167,15 @@ class HybridProposer:
     def calibrate(self, target, longest: int) -> dict[int, float]:
         """Measure the verify cost of a pass with both sources at full size (longest + 1 + the drafter's
         `drafter_length`, else `longest`) and of every size below it up to longest + 1 or the few-row products'
-        last tuned row count + 1, whichever is larger (between those and the top: linear), in seconds; a few
-        seconds. Where a CPU routes some row counts to a faster product (`eval.small_batch`) the curve has a step
+        last tuned row count + 1, whichever is larger (between those and the top: linear), in seconds, each the
+        median of CALIBRATION_REPEATS passes. Where a CPU routes some row counts to a faster product (`eval.small_batch`) the curve has a step
         where they end, which a line would hide."""
         top = longest + (self.drafter_length or longest) + 1
         sizes = [*range(1, min(top, max(longest + 1, MAX_ROWS + 1)) + 1), top]
         context = torch.randint(0, target.vocab_size, (1, max(256, 2 * sizes[-1])),
                                 generator=torch.Generator().manual_seed(0))
-        self.verify_cost = self.suffix.verify_cost = verify_cost_curve(target, sizes, context)
+        curve = verify_cost_curve(target, sizes, context, repeats=CALIBRATION_REPEATS)
+        self.verify_cost = self.suffix.verify_cost = curve
         return self.verify_cost
 
     def describe(self) -> dict:
@@ -234,18 +240,18 @@ class HybridProposer:
             drafts = [(sum(through[:length]), length, self._chain_seconds(length)) for length in range(1, reach + 1)]
         else:
             nodes = median(self.draft_sizes) if self.draft_sizes else shape.tree[2]
-            seconds = median(self.draft_seconds) if self.draft_seconds else 0.0
+            seconds = fmean(self.draft_seconds) if self.draft_seconds else 0.0
             shapes, drafts = [shape], [(sum(through), nodes, seconds)]
         plan = best_pass(found.scores, found.parents, drafts, self.verify_cost)
         return None if plan is None else (plan[0], shapes[plan[1]])
 
     def _chain_seconds(self, length: int) -> float:
-        """Draft seconds of a chain of `length`: measured at that length, else at the nearest one (the longer on a
-        tie); 0 before any."""
+        """Draft seconds of a chain of `length`: the mean of its recent drafts at that length, else at the nearest one
+        (the longer on a tie); 0 before any."""
         if not self.length_seconds:
             return 0.0
         nearest = min(self.length_seconds, key=lambda measured: (abs(measured - length), -measured))
-        return median(self.length_seconds[nearest])
+        return fmean(self.length_seconds[nearest])
 
     def _overall_rate(self, depth: int) -> float:
         """The drafter's acceptance at `depth` over all requests so far, from an optimistic 3 of 4."""
