@@ -77,6 +77,38 @@ def test_a_chain_length_costs_what_it_was_measured_at_else_its_nearest_measured_
     assert hybrid._chain_seconds(3) == 0.05 and hybrid._chain_seconds(8) == 0.05  # a tie goes to the longer
 
 
+def test_passes_timed_while_decoding_replace_the_calibrated_cost_of_their_size_and_rescale_the_rest(monkeypatch):
+    """A pass is timed from the draft handed over to the next call for a draft; MEASURED_PASSES of a size replace
+    its calibrated t(n), and the sizes not timed yet are scaled by how far the timed ones are from calibration."""
+    from draftsmith.drafters import DecodeState
+    from draftsmith.drafters import hybrid as module
+
+    monkeypatch.setattr(module, "MEASURED_PASSES", 4)
+
+    clock = [0.0]
+    monkeypatch.setattr(module.time, "perf_counter", lambda: clock[0])
+    hybrid = HybridProposer(SuffixProposer(), AlwaysWrong(0), verify_cost={1: 1.0, 2: 1.0, 3: 2.0})
+    state = DecodeState(torch.tensor([[1, 2, 3, 4, 5, 6, 7]]))  # nothing repeats: no suffix candidates
+    assert hybrid.cost() == {1: 1.0, 2: 1.0, 3: 2.0}  # nothing timed yet
+    for seconds in (1.5, 1.5, 1.5, 1.5):
+        draft = hybrid.propose(state, DraftShape(1), Sampling())  # the drafter's chain of 1: a pass of 2 tokens
+        assert len(draft) == 1
+        clock[0] += seconds  # the decoder verifies
+    assert hybrid.cost() == {1: 1.0, 2: 1.0, 3: 2.0}  # three timed passes of 2 tokens: not enough yet
+    hybrid.propose(state, DraftShape(1), Sampling())
+    assert hybrid.cost() == pytest.approx({1: 1.5, 2: 1.5, 3: 3.0})  # timed 1.5x the calibration: all scaled
+    hybrid.reset()  # the gap across requests (prefill) is no pass
+    clock[0] += 100.0
+    hybrid.propose(state, DraftShape(1), Sampling())
+    assert hybrid.cost() == pytest.approx({1: 1.5, 2: 1.5, 3: 3.0})
+    assert hybrid.describe()["pass_ms_timed"] == {2: 1500.0}
+    untimed = HybridProposer(SuffixProposer(), AlwaysWrong(0), verify_cost={1: 1.0, 2: 1.0}, timed=False)
+    for _ in range(6):
+        untimed.propose(state, DraftShape(1), Sampling())
+        clock[0] += 1.0
+    assert untimed.cost() == {1: 1.0, 2: 1.0} and untimed.pass_seconds == {}
+
+
 # --------------------------------------------------------------------------- greedy: identical to plain
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_hybrid_greedy_equals_plain_and_skips_the_drafter_on_some_passes(arch):
@@ -88,9 +120,10 @@ def test_hybrid_greedy_equals_plain_and_skips_the_drafter_on_some_passes(arch):
     plain = plain_generate(target, prompt, Sampling(), 40, eos=set()).tokens
     drafter = train_on_own_output(target, eagle.create(eagle.Config(ttt_steps=3), target), prompt, plain[:20])
     # seconds per pass: one extra draft node costs a tenth of a pass; the tiny drafter's milliseconds are nothing
+    # (passes are not timed: the plan reads this curve as it is)
     cost = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 24)}
     for shape in (DraftShape(4), DraftShape(tree=(4, 3, 10))):
-        hybrid = HybridProposer(SuffixProposer(), drafter.proposer(target), verify_cost=cost)
+        hybrid = HybridProposer(SuffixProposer(), drafter.proposer(target), verify_cost=cost, timed=False)
         result = speculative_generate(target, hybrid, prompt, shape, Sampling(), 40, eos=set())
         assert result.tokens == plain
         passes = hybrid.passes
@@ -135,7 +168,7 @@ def test_a_request_where_the_drafter_misses_stops_running_it_whatever_earlier_re
     plain = plain_generate(target, prompt, Sampling(), 120, eos=set()).tokens
     wrong = AlwaysWrong(next(t for t in range(target.vocab_size) if t not in plain and t not in prompt[0]))
     cost = {n: 1.0 + 0.5 * (n - 1) for n in range(1, 24)}  # a drafted node costs half a pass
-    hybrid = HybridProposer(SuffixProposer(), wrong, verify_cost=cost, drafter_length=2)
+    hybrid = HybridProposer(SuffixProposer(), wrong, verify_cost=cost, drafter_length=2, timed=False)
     hybrid.by_depth = [[95, 100], [90, 95]]  # earlier requests: a drafter right 95% of the time
     result = speculative_generate(target, hybrid, prompt, DraftShape(4), Sampling(), 120, eos=set())
     assert result.tokens == plain

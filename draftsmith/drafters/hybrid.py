@@ -26,6 +26,14 @@ target's measured verify-cost curve, in seconds (`calibrate`). A request whose d
 more, so its estimate can recover. Only past passes feed these, never this pass's target output. Without a curve
 the drafter always runs, beside every suffix node.
 
+What a pass costs is measured twice. `calibrate` times bare target passes before decoding; then, as the hybrid decodes,
+each pass of n tokens is timed from the moment its draft is handed to the decoder to the next call for a draft
+(verify, acceptance, the cache and the captured features: what the pass really costs in this decoder), and t(n) is
+the mean of the recent passes of that size once MEASURED_PASSES have been seen, else the calibrated t(n) scaled by how
+far the measured sizes are from their calibration. The bare curve misses part of the cost of a pass, and at one
+drafter token that part decides: on the AVX2 bench machine the calibrated t(2)/t(1) was 0.98 to 1.00, the timed
+passes' 1.05 (a drafter then pays at 12% acceptance, not 7%, and on a translation prompt it has 6%).
+
 Exactness. Greedy: any draft gives the target's own tokens. Sampling: suffix candidates are point-mass drafts
 (q = 1 on the token), so a merged tree is verified as a tree of one-hot candidates (DESIGN §3, `verify_tree`),
 which is exact for any fixed tree; the drafter's own q is dropped there. Where the suffix finds nothing the
@@ -49,6 +57,10 @@ from draftsmith.eval.small_batch import MAX_ROWS
 
 PRIOR = 2
 """the rate over all requests counts as this many drafts in a request's own acceptance estimate"""
+MEASURED_PASSES = 16
+"""passes of a size timed while decoding before their mean replaces the calibrated t(n) of that size. Fewer are too
+few: a size can be rare and come in special passes (on one translation run 4 plain passes took 84 ms, the suffix
+method's 96 plain passes 63 ms on average), and a t(1) read from them makes every drafter token look free."""
 PROBE_EVERY = 16
 """a request's drafter, skipped this many passes in a row, runs once more (so its estimate can recover)"""
 CALIBRATION_REPEATS = 15
@@ -136,13 +148,14 @@ class HybridProposer:
     `verify_cost`: t(n) in seconds (`calibrate` measures it); it is shared with the suffix proposer.
     `drafter_length`: for chain shapes, the drafter's chains are at most this long while the suffix candidates take
     the whole draft length (a suffix match often runs on for many tokens where a drafter's acceptance falls with
-    depth); None = the draft length for both."""
+    depth); None = the draft length for both. `timed`: passes timed while decoding refine the curve (`cost`); off,
+    the plan reads `verify_cost` as given (any unit)."""
 
     def __init__(self, suffix: SuffixProposer, drafter: Proposer, verify_cost: dict[int, float] | None = None,
-                 drafter_length: int | None = None):
+                 drafter_length: int | None = None, timed: bool = True):
         if drafter_length is not None and drafter_length < 1:
             raise ValueError(f"drafter_length must be at least 1, got {drafter_length}.")
-        self.suffix, self.drafter, self.drafter_length = suffix, drafter, drafter_length
+        self.suffix, self.drafter, self.drafter_length, self.timed = suffix, drafter, drafter_length, timed
         self.required_layers = list(drafter.required_layers)
         self.verifier = getattr(drafter, "verifier", None)  # Medusa-2: its tuned target verifies
         self.verify_cost = verify_cost
@@ -153,6 +166,7 @@ class HybridProposer:
         self.draft_sizes: deque[int] = deque(maxlen=16)
         self.length_seconds: dict[int, deque[float]] = {}  # a chain drafter's seconds per draft, by length asked
         self.passes: Counter[str] = Counter()  # merged / suffix / drafter / plain
+        self.pass_seconds: dict[int, deque[float]] = {}  # timed passes while decoding, by tokens in the pass
         self.reset()
 
     def reset(self) -> None:
@@ -163,6 +177,7 @@ class HybridProposer:
         self.warm = False  # a request's first draft also runs the drafter over the prompt: not a typical cost
         self.request_by_depth: list[list[int]] = []  # this request's drafts: per depth [accepted, offered]
         self.skipped = 0  # passes in a row this request has skipped the drafter
+        self.sent: tuple[int, float] | None = None  # (tokens in the pass, when its draft was handed over)
 
     def calibrate(self, target, longest: int) -> dict[int, float]:
         """Measure the verify cost of a pass with both sources at full size (longest + 1 + the drafter's
@@ -185,15 +200,38 @@ class HybridProposer:
                 "drafter_length": self.drafter_length,
                 "passes": dict(self.passes), "drafter_acceptance_by_depth": rates,
                 "drafter_ms_median": round(1e3 * median(self.draft_seconds), 3) if self.draft_seconds else None,
-                "skips_drafter": self.verify_cost is not None}
+                "skips_drafter": self.verify_cost is not None,
+                "pass_ms_timed": {n: round(1e3 * fmean(times), 3) for n, times in sorted(self.pass_seconds.items())}}
 
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
-        """Suffix candidates, the drafter's draft, or both merged into one tree."""
+        """Suffix candidates, the drafter's draft, or both merged into one tree; the previous pass is timed."""
+        now = time.perf_counter()
+        if self.sent is not None:
+            size, handed = self.sent
+            self.pass_seconds.setdefault(size, deque(maxlen=32)).append(now - handed)
+        draft = self._propose(state, shape, sampling)
+        self.sent = (len(draft) + 1, time.perf_counter()) if self.timed else None
+        return draft
+
+    def cost(self) -> dict[int, float] | None:
+        """t(n) as the plan reads it: the mean of the recent timed passes of n tokens where MEASURED_PASSES were
+        timed, else the calibrated t(n) times the median ratio of timed to calibrated over the sizes timed."""
+        if self.verify_cost is None or not self.timed:
+            return self.verify_cost
+        timed = {n: fmean(times) for n, times in self.pass_seconds.items() if len(times) >= MEASURED_PASSES}
+        ratios = [seconds / self.verify_cost[n] for n, seconds in timed.items() if n in self.verify_cost]
+        scale = median(ratios) if ratios else 1.0
+        return {**{n: scale * seconds for n, seconds in self.verify_cost.items()}, **timed}
+
+    def _propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
         committed = state.tokens[0].tolist()
         self._learn(committed)
+        cost = self.cost()
+        if cost is not None:
+            self.suffix.verify_cost = cost  # the suffix candidates are cut by the same curve
         found = self.suffix.candidates(state, shape)
         own = self.drafter_shape(shape)
-        plan = self._plan(found, own)
+        plan = self._plan(found, own, cost)
         if plan is None and self.skipped < PROBE_EVERY:
             self.skipped += 1
             self.passes["suffix" if found.tokens else "plain"] += 1
@@ -224,10 +262,12 @@ class HybridProposer:
             return shape
         return DraftShape(length=min(shape.length, self.drafter_length))
 
-    def _plan(self, found: Candidates, shape: DraftShape) -> tuple[int, DraftShape] | None:
-        """This pass's plan (`best_pass`): how many suffix nodes go beside the drafter's draft and the drafter's shape
-        (chains: any length up to `shape`'s); None: skip the drafter. Without a cost curve: all of both."""
-        if self.verify_cost is None:
+    def _plan(self, found: Candidates, shape: DraftShape,
+              cost: dict[int, float] | None) -> tuple[int, DraftShape] | None:
+        """This pass's plan (`best_pass` under `cost`): how many suffix nodes go beside the drafter's draft and the
+        drafter's shape (chains: any length up to `shape`'s); None: skip the drafter. Without a cost curve: all of
+        both."""
+        if cost is None:
             return len(found.tokens), shape
         reach = shape.length if shape.tree is None else shape.tree[0]
         through, accept = [], 1.0  # chance the drafter's chain is accepted through each depth, in this request
@@ -242,7 +282,7 @@ class HybridProposer:
             nodes = median(self.draft_sizes) if self.draft_sizes else shape.tree[2]
             seconds = fmean(self.draft_seconds) if self.draft_seconds else 0.0
             shapes, drafts = [shape], [(sum(through), nodes, seconds)]
-        plan = best_pass(found.scores, found.parents, drafts, self.verify_cost)
+        plan = best_pass(found.scores, found.parents, drafts, cost)
         return None if plan is None else (plan[0], shapes[plan[1]])
 
     def _chain_seconds(self, length: int) -> float:
