@@ -22,17 +22,18 @@ the longer on a tie: a length is taken to cost what its neighbour does until it 
 that runs once per token and one that drafts all tokens in one forward; a mean, not a median, because the draft
 after skipped passes also catches up on the skipped tokens and is a real part of what running the drafter costs); a
 tree drafter at its tree (n_d: the median of its recent drafts' sizes; draft seconds: their mean). t is the
-target's measured verify-cost curve, in seconds (`calibrate`). A request whose drafter has been skipped PROBE_EVERY passes in a row runs it once
-more, so its estimate can recover. Only past passes feed these, never this pass's target output. Without a curve
-the drafter always runs, beside every suffix node.
+target's measured verify-cost curve, in seconds (`calibrate`, then timed passes: below). A request whose drafter has
+been skipped PROBE_EVERY passes in a row runs it once more, so its estimate can recover. Only past passes feed
+these, never this pass's target output. Without a curve the drafter always runs, beside every suffix node.
 
 What a pass costs is measured twice. `calibrate` times bare target passes before decoding; then, as the hybrid decodes,
 each pass of n tokens is timed from the moment its draft is handed to the decoder to the next call for a draft
 (verify, acceptance, the cache and the captured features: what the pass really costs in this decoder), and t(n) is
 the mean of the recent passes of that size once MEASURED_PASSES have been seen, else the calibrated t(n) scaled by how
 far the measured sizes are from their calibration. The bare curve misses part of the cost of a pass, and at one
-drafter token that part decides: on the AVX2 bench machine the calibrated t(2)/t(1) was 0.98 to 1.00, the timed
-passes' 1.05 (a drafter then pays at 12% acceptance, not 7%, and on a translation prompt it has 6%).
+drafter token that part decides: on the AVX2 bench machine the calibrated t(2)/t(1) was 0.98 to 1.00, while in one
+decode on translation prompts a pass with one drafter token cost 1.05x a plain pass (the drafter there is right
+about one time in seven, near where it stops paying).
 
 Exactness. Greedy: any draft gives the target's own tokens. Sampling: suffix candidates are point-mass drafts
 (q = 1 on the token), so a merged tree is verified as a tree of one-hot candidates (DESIGN §3, `verify_tree`),
@@ -183,8 +184,8 @@ class HybridProposer:
         """Measure the verify cost of a pass with both sources at full size (longest + 1 + the drafter's
         `drafter_length`, else `longest`) and of every size below it up to longest + 1 or the few-row products'
         last tuned row count + 1, whichever is larger (between those and the top: linear), in seconds, each the
-        median of CALIBRATION_REPEATS passes. Where a CPU routes some row counts to a faster product (`eval.small_batch`) the curve has a step
-        where they end, which a line would hide."""
+        median of CALIBRATION_REPEATS passes. Where a CPU routes some row counts to a faster product
+        (`eval.small_batch`) the curve has a step where they end, which a line would hide."""
         top = longest + (self.drafter_length or longest) + 1
         sizes = [*range(1, min(top, max(longest + 1, MAX_ROWS + 1)) + 1), top]
         context = torch.randint(0, target.vocab_size, (1, max(256, 2 * sizes[-1])),
