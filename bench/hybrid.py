@@ -61,7 +61,8 @@ def main() -> None:
 
     target = load_target(args.target)
     prompts = load_prompts(args.prompts, target, args.num_prompts, answer_tokens=args.max_new_tokens)
-    rows = small_batch.tune_and_install(target.model)["rows"]  # before the proposers measure their costs
+    tuned = small_batch.tune_and_install(target.model)  # before the proposers measure their costs
+    rows = tuned["rows"]
     fallback = drafter_kind(args.drafter) in ("eagle", "mtp")  # what `draftsmith eval` does for these chains
     proposers = {
         "suffix": (load_drafter("suffix", target, suffix_config=SuffixConfig(), draft_budget=args.suffix_length),
@@ -101,7 +102,8 @@ def main() -> None:
     records.write("hybrid" if args.prompts == "humaneval" else "hybrid_by_category", {
         "drafter": args.drafter, "prompts": args.prompts, "num_prompts": len(prompts),
         "max_new_tokens": args.max_new_tokens, "draft_length": args.draft_length, "suffix_length": args.suffix_length,
-        "methods": overall, "per_category": by_category, "hybrid": hybrid_proposer.describe(), "checks": checks}, args)
+        "methods": overall, "per_category": by_category, "hybrid": hybrid_proposer.describe(), "checks": checks,
+        "small_batch": tuned}, args)  # the few-row routing differs run to run on a noisy CPU: it moves every figure
 
 
 if __name__ == "__main__":

@@ -102,6 +102,7 @@ def test_passes_timed_while_decoding_replace_the_calibrated_cost_of_their_size_a
     hybrid.propose(state, DraftShape(1), Sampling())
     assert hybrid.cost() == pytest.approx({1: 1.5, 2: 1.5, 3: 3.0})
     assert hybrid.describe()["pass_ms_timed"] == {2: 1500.0}
+    assert hybrid.describe()["pass_ms_calibrated"] == {1: 1000.0, 2: 1000.0, 3: 2000.0}  # reports show both
     untimed = HybridProposer(SuffixProposer(), AlwaysWrong(0), verify_cost={1: 1.0, 2: 1.0}, timed=False)
     for _ in range(6):
         untimed.propose(state, DraftShape(1), Sampling())

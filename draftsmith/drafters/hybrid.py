@@ -202,6 +202,8 @@ class HybridProposer:
                 "passes": dict(self.passes), "drafter_acceptance_by_depth": rates,
                 "drafter_ms_median": round(1e3 * median(self.draft_seconds), 3) if self.draft_seconds else None,
                 "skips_drafter": self.verify_cost is not None,
+                "pass_ms_calibrated": {n: round(1e3 * seconds, 3)
+                                       for n, seconds in sorted((self.verify_cost or {}).items())},
                 "pass_ms_timed": {n: round(1e3 * fmean(times), 3) for n, times in sorted(self.pass_seconds.items())}}
 
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
