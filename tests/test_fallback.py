@@ -59,12 +59,34 @@ def drive(proposer: RunningAcceptance, next_token, passes: int) -> list[int]:
 def test_a_drafter_the_target_always_rejects_falls_back_to_plain_steps_with_spaced_out_probes():
     lengths = drive(RunningAcceptance(Scripted(7), 4, COST), lambda position: 3, passes=120)
     assert lengths[0] == 3  # the optimistic start drafts (4 does not pay for t(5) even at its prior)
-    assert lengths[:5] == [3, 2, 1, 1, 1] and lengths[5] == 0  # shorter drafts, then none
+    assert lengths[:4] == [3, 1, 1, 0]  # shorter drafts, then none
     probes = [i for i, n in enumerate(lengths) if n and i > lengths.index(0)]
     assert all(lengths[i] == 1 for i in probes)  # a probe drafts one token
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps[:3] == [2 * FIRST_PROBE + 1, 4 * FIRST_PROBE + 1, LAST_PROBE + 1] and set(gaps[3:]) == {LAST_PROBE + 1}
     assert sum(n > 0 for n in lengths) < 12  # of 120 passes
+
+
+class Timed(Scripted):
+    """Scripted, with each drafted token taking `per_token_s` (a real drafter's forward)."""
+
+    def __init__(self, token: int, per_token_s: float):
+        super().__init__(token)
+        self.per_token_s = per_token_s
+
+    def propose(self, state, shape, sampling):
+        time.sleep(self.per_token_s * shape.length)
+        return super().propose(state, shape, sampling)
+
+
+def test_where_a_wider_pass_costs_no_more_the_drafted_tokens_cost_still_makes_a_rejected_drafter_stop():
+    # A CPU's measured curve: t(2) within 4% of t(1); each drafted token takes a tenth of t(1) = 10 ms. Drafting
+    # one token that is never accepted costs 1.14 t(1) a token, so the request must go plain, not draft forever
+    # against the optimistic prior (which once kept a_1 >= 1.5 / 7 and the request at length 1, 0.88x plain).
+    seconds = {1: 0.010, 2: 0.0104, 3: 0.013}
+    lengths = drive(RunningAcceptance(Timed(7, 0.001), 2, seconds), lambda position: 3, passes=60)
+    assert 0 in lengths[:8] and sum(n > 0 for n in lengths) <= 10
+    assert drive(RunningAcceptance(Timed(3, 0.001), 2, seconds), lambda position: 3, passes=20) == [2] * 20
 
 
 def test_a_drafter_the_target_always_accepts_keeps_the_full_length():

@@ -4,11 +4,15 @@ A drafter trained on code may draft well there and badly on chat; a draft that i
 and a wider target pass (t(k+1) > t(1)), so a weak drafter makes decoding slower than no drafter. `RunningAcceptance`
 wraps any chain proposer and picks each draft's length from what the target accepted so far in this request:
 
-- per draft position i, the running conditional acceptance a_i = (accepted_i + 2 a_{i-1}) / (reached_i + 2) over
-  this request's drafts (reached: drafts that got to position i with all before it accepted), each count decayed
-  by 0.8 per new observation so that it follows the text as it changes (about the last five drafts weigh). A
-  position with little evidence leans on the one before it, and the first on an optimistic a_0 = 3/4, as prompt
-  lookup starts, so a request begins by drafting and a drafter rejected at position 1 stops drafting long chains;
+- per draft position i, the running conditional acceptance a_i = (accepted_i + w_i a_{i-1}) / (reached_i + w_i)
+  over this request's drafts (reached: drafts that got to position i with all before it accepted), each count
+  decayed by 0.8 per new observation so that it follows the text as it changes (about the last five drafts
+  weigh). The prior a_{i-1} is the oldest observation: its weight w_i starts at 2 and decays by 0.8 with the
+  others, so a position with little evidence leans on the one before it, and the first on an optimistic
+  a_0 = 3/4, as prompt lookup starts (a request begins by drafting), while a drafter the target keeps rejecting
+  sees a_i fall towards 0. A prior that kept its weight would floor a_1 at 1.5 / 7 and keep a target whose
+  two-token pass costs little more than one (t(2) ≈ t(1) on a CPU) paying t(2) plus a drafted token for
+  nothing, pass after pass;
 - the cost of a pass that verifies L drafted tokens: the target's measured verify-cost curve t(L + 1) plus L times
   the drafter's measured seconds per drafted token (timed on this request's own drafts after its first, which also
   reads the whole prompt into the drafter: a one-time cost that would make long prompts look dear to draft);
@@ -48,6 +52,7 @@ class RunningAcceptance:
     def reset(self) -> None:
         self.inner.reset()
         self.accepted, self.reached = [0.0] * self.longest, [0.0] * self.longest
+        self.prior = [PRIOR_WEIGHT] * self.longest  # w_i of the module doc
         self.draft_seconds, self.drafted, self.calls = 0.0, 0, 0
         self.previous: tuple[list[int], int] | None = None  # (last draft's tokens, committed length when drafted)
         self.plain_steps, self.probe_after = 0, FIRST_PROBE
@@ -84,7 +89,7 @@ class RunningAcceptance:
             return longest
         through, running, rate = [], 1.0, START
         for i in range(longest):
-            rate = (self.accepted[i] + PRIOR_WEIGHT * rate) / (self.reached[i] + PRIOR_WEIGHT)
+            rate = (self.accepted[i] + self.prior[i] * rate) / (self.reached[i] + self.prior[i])
             running *= rate
             through.append(running)
         per_token = self.draft_seconds / self.drafted if self.drafted else 0.0
@@ -101,6 +106,7 @@ class RunningAcceptance:
         for i in range(min(len(draft), accepted + 1)):  # positions looked at, up to the first rejection
             self.reached[i] = DECAY * self.reached[i] + 1
             self.accepted[i] = DECAY * self.accepted[i] + (i < accepted)
+            self.prior[i] *= DECAY
         if self.plain_steps:  # a probe: back to drafting when accepted, else wait twice as long for the next
             self.probe_after = FIRST_PROBE if accepted else min(2 * self.probe_after, LAST_PROBE)
             self.plain_steps = 0
