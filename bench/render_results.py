@@ -342,6 +342,30 @@ def parallel_drafting(result: dict) -> list[str]:
     return lines + families(result)
 
 
+def levers(result: dict) -> list[str]:
+    """Each lever against its recipe's baseline: figures per seed (seed order), means' ratios, the verdict."""
+    seeds = result.get("seeds", [])
+    lines = [f"Every arm trained {fmt(result.get('minutes'), 1)} min of wall time on the default recipe's data, per "
+             f"seed ({', '.join(map(str, seeds))}); decoded as its recipe's chain on {result.get('num_prompts')} "
+             f"HumanEval prompts, {result.get('max_new_tokens')} new tokens, greedy, beside the plain loop. Figures "
+             "per seed as a / b. **won**: decoded and implied τ above the baseline's in every seed; **lost**: below "
+             "in every seed; a recipe default changes only on a win.", ""]
+
+    def per_seed(arm: dict, key: str, digits: int = 2, suffix: str = "") -> str:
+        return " / ".join(fmt(figures.get(key), digits, suffix) for figures in arm.get("per_seed", []))
+
+    rows = []
+    total = (result.get("num_prompts") or 0) * len(seeds)
+    for name, arm in result.get("arms", {}).items():
+        change = " ".join(arm.get("overrides", [])) or f"{arm.get('recipe')} as shipped"
+        rows.append([name, f"`{change}`", arm.get("baseline") or "–",
+                     per_seed(arm, "steps", 0), per_seed(arm, "implied_tau"), per_seed(arm, "tau"),
+                     per_seed(arm, "speedup", 2, "×"), fmt(arm.get("tau_vs_baseline"), 3, "×"),
+                     identical(arm.get("identical"), total), f"**{arm['verdict']}**" if arm.get("verdict") else "–"])
+    return lines + table(["arm", "change", "baseline", "steps", "implied τ", "decoded τ", "speedup vs plain",
+                          "decoded τ vs baseline", "identical", "verdict"], rows)
+
+
 def hybrid(result: dict) -> list[str]:
     """Suffix alone, the drafter alone and their hybrid against one plain loop, overall and per category."""
     methods = ("suffix", "drafter", "hybrid")
@@ -393,6 +417,8 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
                  "python bench/families.py --minutes 20 --num-prompts 40"),
     "parallel_drafting": ("P-EAGLE against EAGLE-3 chains", parallel_drafting,
                           "python bench/parallel_drafting.py --length 4 --minutes 10 --num-prompts 20"),
+    "levers": ("Training levers, A/B at equal wall time over seeds", levers,
+               "python bench/levers.py --minutes 4 --num-prompts 40 --seeds 0 1 --arm muon eagle3 train.optimizer=muon"),
     "eagle3_smollm2": ("EAGLE-3 at a training budget", eagle3_smollm2,
                        "python bench/eagle3_smollm2.py --minutes 50 --num-prompts 40"),
     "general_mix": ("Code-only against the general mix, by category", general_mix,
@@ -525,8 +551,10 @@ def render_readme(text: str, results: Path = RESULTS) -> str:
 # ----------------------------------------------------------------------------- staleness, asked at run time
 def watched(bench: str) -> list[str]:
     """The paths whose change can change what `bench` measures."""
-    paths = ["draftsmith", f"bench/{script(bench)}.py", "bench/common.py"] + (["bench/families.py"] if bench == "parallel_drafting" else [])
-    return paths + (["recipes"] if bench in ("families", "parallel_drafting", "eagle3_smollm2", "general_mix") else [])
+    paths = ["draftsmith", f"bench/{script(bench)}.py", "bench/common.py"]
+    paths += ["bench/families.py"] if bench in ("parallel_drafting", "levers") else []
+    return paths + (["recipes"] if bench in ("families", "parallel_drafting", "eagle3_smollm2", "general_mix", "levers")
+                    else [])
 
 
 def _git(*arguments: str) -> subprocess.CompletedProcess:

@@ -1,6 +1,6 @@
 """train.optimizer: Muon takes the drafter's weight matrices and AdamW the rest, both as one optimizer that a
-scheduler moves and a checkpoint restores exactly; a Muon run learns and resumes bit for bit; launchers that shard
-the optimizer (ZeRO, FSDP) are refused."""
+scheduler moves and a checkpoint restores exactly; a Muon run learns and resumes bit for bit; under DeepSpeed ZeRO it
+is DeepSpeed's own Muon stepping as torch's does; FSDP is refused."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from draftsmith.config import load
 from draftsmith.drafters import dflash, eagle
 from draftsmith.errors import DraftsmithError
 from draftsmith.train.config import TrainConfig
-from draftsmith.train.optimizers import MuonWithAdamW, build_optimizer, takes_muon
+from draftsmith.train.optimizers import MuonWithAdamW, build_optimizer, muon_rate_scale, takes_muon
 from draftsmith.train.recipe import TrainRecipe
 
 
@@ -83,10 +83,72 @@ def test_one_optimizer_steps_both_halves_a_scheduler_moves_both_and_its_state_re
     assert all(torch.equal(expected[name], p) for name, p in named)
 
 
-def test_flat_shards_and_a_checkpoint_of_the_other_optimizer_are_refused():
+def full_rank_loss(named) -> torch.Tensor:
+    """A loss whose gradient of proj.weight has full rank (loss_of's three rows through a layer norm leave some
+    directions at ~0, which Newton-Schulz blows up from bfloat16 noise)."""
+    values = dict(named)
+    hidden = (values["embed.weight"] @ values["proj.weight"].T + values["proj.bias"]) * values["norm.weight"]
+    return ((hidden + values["norm.bias"]) * torch.arange(35.0).view(7, 5)).sin().sum()
+
+
+def one_step(optimizer, named, zero_grads: bool = False) -> dict[str, torch.Tensor]:
+    before = {name: p.detach().clone() for name, p in named}
+    optimizer.zero_grad()
+    full_rank_loss(named).backward()
+    if zero_grads:
+        for _, p in named:
+            p.grad.zero_()
+    with torch._dynamo.config.patch(disable=True):  # DeepSpeed compiles its Newton-Schulz; eager is the same math
+        optimizer.step()
+    return {name: p.detach() - before[name] for name, p in named}
+
+
+@pytest.mark.parametrize("adjust", ["match_rms_adamw", "original"])
+def test_under_deepspeed_zero_muon_is_deepspeeds_own_stepping_as_torchs(adjust):
+    """DeepSpeed's MuonWithAuxAdam (what ZeRO orthogonalises for) moves a matrix as torch's Muon does, at the
+    per-shape rate of `muon_adjust_lr_fn` (the other rule's rate is caught), decays it by rate × decay exactly,
+    scheduled, and moves the rest exactly as torch's AdamW."""
+    from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
+
+    config = options(muon_lr=2e-2, muon_adjust_lr_fn=adjust, muon_weight_decay=0.3, weight_decay=0.1)
+    other = options(muon_lr=2e-2, muon_adjust_lr_fn={"original": "match_rms_adamw"}.get(adjust, "original"))
+    steps = {}
+    for which, cfg, sharded in (("torch", config, None), ("deepspeed", config, "DeepSpeed ZeRO"),
+                                ("other rule", other, None)):
+        named = small_model()
+        optimizer = build_optimizer(named, cfg, lambda name: 1.0, fused=False, sharded_by=sharded)
+        steps[which] = one_step(optimizer, named)
+        if which == "deepspeed":
+            assert isinstance(optimizer, MuonWithAuxAdam)
+            assert {name for name, p in named if p.use_muon} == {"proj.weight"}
+        if which != "other rule":  # a fresh start scheduled to half and a step with no gradient: the decay alone
+            named = small_model()
+            optimizer = build_optimizer(named, cfg, lambda name: 1.0, fused=False, sharded_by=sharded)
+            torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5)
+            steps[which + " decay"] = one_step(optimizer, named, zero_grads=True)
+
+    def distance(a, b):
+        return ((a - b).norm() / b.norm()).item()
+
+    matrix = "proj.weight"
+    assert distance(steps["deepspeed"][matrix], steps["torch"][matrix]) < 0.1  # bfloat16 Newton-Schulz, both
+    assert distance(steps["other rule"][matrix], steps["torch"][matrix]) > 0.3
+    torch.testing.assert_close(steps["deepspeed decay"][matrix], steps["torch decay"][matrix], rtol=1e-5, atol=1e-9)
+    assert steps["torch decay"][matrix].abs().max() > 0
+    for name in ("proj.bias", "embed.weight", "norm.weight", "norm.bias"):
+        torch.testing.assert_close(steps["deepspeed"][name], steps["torch"][name], rtol=1e-5, atol=1e-8)
+
+
+def test_muon_rate_scale_carries_the_rest_of_torchs_factor():
+    assert muon_rate_scale(torch.Size([8, 2]), "original") == 1.0
+    assert muon_rate_scale(torch.Size([8, 2]), "match_rms_adamw") == pytest.approx(0.2 * 8 ** 0.5 / 2)
+    assert muon_rate_scale(torch.Size([2, 8]), "match_rms_adamw") == pytest.approx(0.2 * 8 ** 0.5)
+
+
+def test_fsdp_and_a_checkpoint_of_the_other_optimizer_are_refused():
     named = small_model()
-    with pytest.raises(DraftsmithError, match="not yet under DeepSpeed ZeRO"):
-        build_optimizer(named, options(), lambda name: 1.0, fused=False, sharded_by="DeepSpeed ZeRO")
+    with pytest.raises(DraftsmithError, match="not yet under FSDP"):
+        build_optimizer(named, options(), lambda name: 1.0, fused=False, sharded_by="FSDP")
     adamw_only = build_optimizer(named[2:], options(), lambda name: 1.0, fused=False)  # embed, norm: no Muon half
     with pytest.raises(DraftsmithError, match="no muon half"):
         build_optimizer(named, options(), lambda name: 1.0, fused=False).load_state_dict(adamw_only.state_dict())

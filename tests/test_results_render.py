@@ -292,3 +292,20 @@ def test_a_record_made_with_a_limited_instruction_set_says_so():
     limited = {**entry("decode", {}), "machine": {"cpu": "Xeon", "amx": True, "avx512": True, "avx2": True, "cores": 2,
                                                   "isa_limit": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}}
     assert "(amx, avx512, avx2; limited to ONEDNN_MAX_CPU_ISA=AVX2)" in "\n".join(render_results.provenance(limited))
+
+
+def test_levers_table():
+    def arm(baseline, overrides, steps, implied, tau, verdict=None):
+        per_seed = [{"steps": s, "implied_tau": i, "tau": t, "speedup": t * 0.8}
+                    for s, i, t in zip(steps, implied, tau)]
+        entry = {"recipe": "eagle3", "overrides": overrides, "baseline": baseline, "per_seed": per_seed,
+                 "identical": 80}
+        return entry | ({"verdict": verdict, "tau_vs_baseline": sum(tau) / 2 / 1.6} if verdict else {})
+
+    text = rendered("levers", {"minutes": 4.0, "num_prompts": 40, "max_new_tokens": 96, "seeds": [0, 1],
+                               "arms": {"eagle3": arm(None, [], [900, 910], [1.5, 1.52], [1.6, 1.6]),
+                                        "muon": arm("eagle3", ["train.optimizer=muon"], [850, 860], [1.55, 1.6],
+                                                    [1.7, 1.66], "won")}})
+    assert "| eagle3 | `eagle3 as shipped` | – | 900 / 910 | 1.50 / 1.52 | 1.60 / 1.60 | 1.28× / 1.28× | – | 80/80 | – |" in text
+    assert ("| muon | `train.optimizer=muon` | eagle3 | 850 / 860 | 1.55 / 1.60 | 1.70 / 1.66 | 1.36× / 1.33× | "
+            "1.050× | 80/80 | **won** |") in text

@@ -165,3 +165,47 @@ def test_muon_under_ddp_resumes_exactly(assets, tmp_path):
     crash_copy(straight, crashed, 2, 4)
     run(recipe, [f"output_dir={crashed}", "resume=true"], launch_config="cpu-ddp.yaml")
     assert losses(crashed) == losses(straight) and len(losses(straight)) == 4
+
+
+@pytest.mark.parametrize("zero", ["cpu-zero2.yaml", pytest.param("cpu-zero3.yaml", marks=pytest.mark.slow)])
+def test_muon_under_deepspeed_zero_steps_as_under_ddp_and_resumes_exactly(assets, tmp_path, zero):
+    """train.optimizer=muon under ZeRO-2 (and -3) is DeepSpeed's own Muon (each matrix's whole gradient gathered and
+    orthogonalised before it is sharded): its first step moves the Muon matrices as torch's Muon moves them under DDP,
+    within the two bfloat16 Newton-Schulz implementations' difference (about 5% of a step), and a crash after
+    checkpoint-2 resumes into the straight run's losses. DeepSpeed would clip the orthogonalised updates, so under it
+    the recipe's max_grad_norm is not applied, and the run says so."""
+    from safetensors.torch import load_file
+
+    from draftsmith.train.optimizers import takes_muon
+
+    recipe = write_recipe(tmp_path / "recipe.yaml", recipe_dict(assets, max_steps=4, checkpoint_every=1,
+                                                                  keep_checkpoints=0, optimizer="muon", muon_lr=1e-2,
+                                                                  max_grad_norm=0.5))
+    initial, ddp, straight, crashed = (tmp_path / name for name in ("initial", "ddp", "straight", "crashed"))
+    run(recipe, [f"output_dir={initial}", "train.max_steps=1", "train.lr=0", "train.muon_lr=0"])  # the start
+    run(recipe, [f"output_dir={ddp}", "train.max_steps=1"], launch_config="cpu-ddp.yaml")
+    launched = run(recipe, [f"output_dir={straight}"], launch_config=zero)
+    assert "train.max_grad_norm=0.5 is not applied under DeepSpeed with Muon" in launched.stdout
+
+    def weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
+        return load_file(str(run_dir / f"checkpoint-{step}" / "drafter" / "model.safetensors"))
+
+    start, torch_step, deepspeed_step = weights(initial, 1), weights(ddp, 1), weights(straight, 1)
+    matrices = [name for name, w in start.items() if takes_muon(name, w)]
+    assert len(matrices) >= 4
+    for name in (n for n, w in start.items() if w.is_floating_point()):
+        by_torch, by_deepspeed = (torch_step[name] - start[name]).float(), (deepspeed_step[name] - start[name]).float()
+        assert by_torch.norm() > 0, name
+        size = float(by_deepspeed.norm() / by_torch.norm())
+        cosine = float((by_torch * by_deepspeed).sum() / by_torch.norm() / by_deepspeed.norm())
+        if name in matrices:  # the same rate; the direction within bfloat16 Newton-Schulz noise (cosine >= 0.88 seen)
+            assert 0.93 < size < 1.07 and cosine > 0.8, (name, size, cosine)
+        else:  # torch's AdamW
+            assert abs(size - 1) < 1e-3 and cosine > 0.9999, (name, size, cosine)
+
+    shutil.copytree(straight, crashed)  # a crash right after checkpoint-2
+    for later in (3, 4):
+        shutil.rmtree(crashed / f"checkpoint-{later}")
+    (crashed / "latest").write_text("checkpoint-2\n")
+    run(recipe, [f"output_dir={crashed}", "resume=true"], launch_config=zero)
+    assert losses(crashed) == losses(straight) and len(losses(straight)) == 4

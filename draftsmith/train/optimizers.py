@@ -4,11 +4,13 @@ weight matrices with AdamW over the rest, stepped, scheduled, clipped and checkp
 Muon (torch.optim.Muon) orthogonalises each matrix's momentum update by Newton-Schulz iterations. As in its
 authors' practice and speculators' trainer, it takes 2-D weights with both sides > 1 except embeddings and
 vocabulary heads (whose rows are per-token, not a linear map to orthogonalise); norms, biases, those heads and
-embeddings stay with AdamW.
+embeddings stay with AdamW. Under DeepSpeed ZeRO, whose optimizer sees flat shards, DeepSpeed's own Muon takes
+the same split and steps as torch's does (`deepspeed_muon`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -84,13 +86,53 @@ def build_optimizer(named: list[tuple[str, torch.Tensor]], cfg, lr_scale: Callab
     adamw_options = {"lr": cfg.lr, "betas": tuple(cfg.betas), "fused": fused or None}
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(param_groups("adamw", cfg.lr, cfg.weight_decay), **adamw_options)
+    muon_lr = cfg.muon_lr or cfg.lr
+    if sharded_by == "DeepSpeed ZeRO":
+        return deepspeed_muon(named, groups, cfg, muon_lr)
     if sharded_by:
         raise DraftsmithError(
-            f"train.optimizer=muon runs on one process and under DDP (recipes/accelerate/ddp.yaml, cpu-ddp.yaml), "
-            f"not yet under {sharded_by}: ZeRO hands the optimizer flat 1-D shards where Muon orthogonalises whole "
-            "matrices, and FSDP's optimizer checkpoints expect one torch optimizer, not two. A drafter is one layer "
-            "and heads, which DDP holds on every GPU; or use train.optimizer=adamw.")
-    muon_lr = cfg.muon_lr or cfg.lr
+            f"train.optimizer=muon runs on one process, under DDP (recipes/accelerate/ddp.yaml, cpu-ddp.yaml) and "
+            f"under DeepSpeed ZeRO (its own Muon), not yet under {sharded_by}, whose optimizer checkpoints expect one "
+            "torch optimizer, not two. A drafter is one layer and heads, which DDP holds on every GPU; or use "
+            "train.optimizer=adamw.")
     muon_options = {"lr": muon_lr, "momentum": cfg.muon_momentum, "adjust_lr_fn": cfg.muon_adjust_lr_fn}
     return MuonWithAdamW(param_groups("muon", muon_lr, cfg.muon_weight_decay),
                          param_groups("adamw", cfg.lr, cfg.weight_decay), muon_options, adamw_options)
+
+
+def muon_rate_scale(shape: torch.Size, adjust_lr_fn: str) -> float:
+    """How torch.optim.Muon scales its rate for a matrix of `shape` beyond DeepSpeed's Muon, which always scales
+    by sqrt(max(1, rows / cols)) (torch's "original"); "match_rms_adamw" scales by 0.2 * sqrt(max(rows, cols))."""
+    rows, cols = shape[0], shape[1]
+    original = math.sqrt(max(1.0, rows / cols))
+    return 0.2 * math.sqrt(max(rows, cols)) / original if adjust_lr_fn == "match_rms_adamw" else 1.0
+
+
+def deepspeed_muon(named: list[tuple[str, torch.Tensor]], groups: dict, cfg, muon_lr: float) -> torch.optim.Optimizer:
+    """Muon under DeepSpeed ZeRO: DeepSpeed's own MuonWithAuxAdam, whose ZeRO stages gather each matrix's whole
+    gradient, orthogonalise it and hand the optimizer the update's flat shard. The same split as on one process
+    (each parameter tagged `use_muon`), Newton-Schulz with torch's quintic coefficients (`ns_method: standard`),
+    torch's AdamW for the rest. DeepSpeed scales each matrix's rate like torch's "original"; for
+    "match_rms_adamw" each matrix shape gets a group whose rate carries the rest of torch's factor, and whose
+    weight decay is divided by it, so rate × decay stays `muon_lr × muon_weight_decay` as in torch."""
+    from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
+
+    for name, parameter in named:
+        parameter.use_muon = takes_muon(name, parameter)
+    muon_groups, adamw_groups = [], []
+    for (optimizer, decay, scale), params in groups.items():
+        weight_decay = (cfg.muon_weight_decay if optimizer == "muon" else cfg.weight_decay) if decay else 0.0
+        if optimizer == "adamw":
+            adamw_groups.append({"params": params, "lr": cfg.lr * scale, "betas": tuple(cfg.betas), "eps": 1e-8,
+                                 "weight_decay": weight_decay, "use_muon": False})
+            continue
+        by_shape: dict[tuple, list] = {}
+        for parameter in params:
+            by_shape.setdefault(tuple(parameter.shape), []).append(parameter)
+        for shape, same in by_shape.items():
+            factor = muon_rate_scale(torch.Size(shape), cfg.muon_adjust_lr_fn)
+            muon_groups.append({"params": same, "lr": muon_lr * scale * factor, "momentum": cfg.muon_momentum,
+                                "weight_decay": weight_decay / factor, "ns_method": "standard", "use_muon": True})
+    if not muon_groups and not adamw_groups:
+        raise DraftsmithError("Nothing to optimize: the drafter has no trainable parameters.")
+    return MuonWithAuxAdam(muon_groups + adamw_groups, adam_optimizer=torch.optim.AdamW if adamw_groups else None)

@@ -169,7 +169,15 @@ class TrainRecipe:
         if plugin is not None:  # DeepSpeed clips and accumulates inside its engine: hand it the recipe's values
             plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = self.config.data.batch_size
             plugin.deepspeed_config["gradient_accumulation_steps"] = cfg.grad_accum
-            plugin.deepspeed_config["gradient_clipping"] = cfg.max_grad_norm
+            # DeepSpeed's Muon would be clipped after Newton-Schulz: an orthogonalised update's norm is about
+            # sqrt(rows) whatever the gradient, so clipping it to max_grad_norm shrinks every Muon step many times
+            muon = cfg.optimizer == "muon"
+            plugin.deepspeed_config["gradient_clipping"] = 0.0 if muon else cfg.max_grad_norm
+            if muon and plugin.zero_stage == 3:  # ZeRO-3 gathers Muon's matrices itself, not by reduce-scatter
+                plugin.deepspeed_config.setdefault("zero_optimization", {})["reduce_scatter"] = False
+            if muon and cfg.max_grad_norm > 0 and self.main:
+                print(f"train.max_grad_norm={cfg.max_grad_norm:g} is not applied under DeepSpeed with Muon: DeepSpeed "
+                      "clips Muon's orthogonalised updates, not the gradients, which would shrink every Muon step.")
             plugin.deepspeed_config["train_batch_size"] = (
                 self.config.data.batch_size * cfg.grad_accum * self.accelerator.num_processes
             )
