@@ -12,7 +12,7 @@ from tiny import tiny_target
 from draftsmith.config import build
 from draftsmith.data.capture import parse_layers
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, dflash, kind_module
-from draftsmith.drafters.dflash_layers import block_attention_mask, flex_block_mask
+from draftsmith.drafters.dflash_layers import BlockLayout, block_attention_mask, flex_block_mask
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.decoder import plain_generate, speculative_generate
 
@@ -157,6 +157,49 @@ def test_anchors_lie_in_loss_masked_spans_and_are_seeded(tiny_qwen3):
     fresh = {tuple(drafter.sample_anchors(ids, loss_mask, draw=d)[1].tolist()) for d in range(8)}
     assert len(fresh) > 1 and torch.equal(drafter.sample_anchors(ids, loss_mask, draw=5),
                                           drafter.sample_anchors(ids, loss_mask, draw=5))
+
+
+def test_anchors_per_sequence_0_draws_every_allowed_anchor(tiny_qwen3):
+    drafter = make(frozen(tiny_qwen3), anchors_per_sequence=0)
+    ids = torch.arange(40).view(2, 20)
+    loss_mask = torch.zeros(2, 20, dtype=torch.long)
+    loss_mask[0, 8:12] = 1
+    loss_mask[1, 3:] = 1
+    anchors = drafter.sample_anchors(ids, loss_mask)
+    assert anchors[0].tolist() == [7, 8, 9, 10] + [-1] * 13  # x_{a+1} in 8..11; as wide as the widest row
+    assert anchors[1].tolist() == list(range(2, 19))
+    many = torch.ones(1, 2000, dtype=torch.long)
+    assert drafter.sample_anchors(torch.zeros(1, 2000, dtype=torch.long), many).shape == (1, dflash.MAX_ANCHORS)
+
+
+@pytest.mark.parametrize("anchors", [[[4, 9, 13, 15], [6, 12, 16, -1]], [[1, 2, 3, 4], [2, 3, 4, 5]]],
+                         ids=["spread", "overlapping"])
+def test_blockwise_attention_gives_the_sdpa_loss_and_gradients(tiny_qwen3, anchors):
+    """Context and own-block scores under one softmax = SDPA over all blocks with the block mask (GQA: 4 query heads
+    on 2 key/value heads); overlapping blocks share label positions, computed once."""
+    target = frozen(tiny_qwen3)
+    sdpa = make(target, block_size=4, num_layers=2, attention="sdpa")
+    blockwise = make(target, block_size=4, num_layers=2, attention="blockwise")
+    blockwise.load_state_dict(sdpa.state_dict())
+    batch, anchors = batch_for(target, sdpa), torch.tensor(anchors)
+    (dense, dense_metrics), (split, split_metrics) = (d(batch, target.head, anchors=anchors) for d in (sdpa, blockwise))
+    torch.testing.assert_close(split, dense, rtol=1e-5, atol=1e-6)
+    assert split_metrics == pytest.approx(dense_metrics, rel=1e-4, abs=1e-6)
+    dense.backward()
+    split.backward()
+    for (name, a), b in zip(sdpa.named_parameters(), blockwise.parameters()):
+        if a.grad is not None:
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+    with torch.no_grad():  # a block that sees its anchor's own context position differs: the rule is what it says
+        block = torch.full((2, 16), sdpa.mask_token_id)
+        positions = torch.arange(16)[None].expand(2, -1)
+        context = sdpa.context_kv(batch["features"], 0, 20)
+        at = anchors.clamp(min=0)
+        right = sdpa.blocks(block, positions, context, BlockLayout(at, 20, 4))
+        torch.testing.assert_close(right, sdpa.blocks(block, positions, context, block_attention_mask(at, 20, 4)),
+                                   rtol=1e-5, atol=1e-6)
+        assert not torch.allclose(right, sdpa.blocks(block, positions, context, BlockLayout(at + 1, 20, 4)),
+                                  atol=1e-4)
 
 
 def test_fresh_anchors_follow_the_training_stream_and_resume_exactly(tmp_path):
@@ -343,10 +386,10 @@ def test_flex_attention_block_masks_give_the_sdpa_loss(tiny_qwen3):
         torch.testing.assert_close(right, flex.blocks(block, positions, context, block_attention_mask(
             anchors.clamp(min=0), 40, 4)), rtol=1e-5, atol=1e-5)
         assert not torch.allclose(right, shifted, atol=1e-4)
-    assert not make(target, attention="auto").uses_flex(torch.device("cpu"))
+    assert make(target, attention="auto").attention_rule(torch.device("cpu")) == "blockwise"
     with pytest.raises(DraftsmithError, match="no flex_attention backward on a CPU"):
         flex(batch, target.head, anchors=anchors)
-    with pytest.raises(DraftsmithError, match="drafter.attention must be auto, sdpa or flex"):
+    with pytest.raises(DraftsmithError, match="drafter.attention must be auto, sdpa, flex or blockwise"):
         build(dflash.Config, {"attention": "xformers"}, prefix="drafter.")
 
 

@@ -43,7 +43,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, Qwen3RotaryEm
 from draftsmith.config import build
 from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import check_target, load_attached, read_folder, save_folder, soft_labels, target_info
-from draftsmith.drafters.dflash_layers import Layer, block_attention_mask, flex_block_mask
+from draftsmith.drafters.dflash_layers import BlockLayout, Layer, block_attention_mask, flex_block_mask
 from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.drafters.dflash_proposer import DFlashProposer
 from draftsmith.errors import DraftsmithError
@@ -62,7 +62,8 @@ class Config(LossOptions):
     target_layer_ids: list[int] | None = None
     """explicit output-layer ids of the context layers (overrides num_target_layers)"""
     anchors_per_sequence: int = 8
-    """training blocks per sequence, anchors drawn inside loss-masked spans"""
+    """training blocks per sequence, anchors drawn inside loss-masked spans; 0: every allowed anchor, up to the
+    speculators trainer's 512"""
     gamma: float | None = None
     """position weight w_k = exp(-(k-1)/gamma); null: 7 for B >= 16, else 4 (the DFlash paper's values)"""
     position_weighting: str = "decay"
@@ -88,8 +89,10 @@ class Config(LossOptions):
     confidence_cut: bool = True
     """DSpark: cut each block where the confidences stop paying for their verify cost (false: draft the whole block)"""
     attention: str = "auto"
-    """training attention over the blocks: sdpa (a boolean mask), flex (flex_attention with a block mask, compiled;
-    the same loss) or auto: flex on CUDA, sdpa on a CPU (torch has no flex_attention backward on CPUs)"""
+    """training attention over the blocks, the same loss each way: sdpa (a boolean mask over all blocks), flex
+    (flex_attention with a block mask, compiled), blockwise (context and own-block scores under one softmax: no block
+    scored against another, so its cost grows linearly with the blocks) or auto: flex on CUDA, blockwise on a CPU
+    (torch has no flex_attention backward on CPUs)"""
 
     def validate(self) -> None:
         self.validate_loss()
@@ -99,8 +102,9 @@ class Config(LossOptions):
             raise DraftsmithError(f"drafter.num_layers must be at least 1, got {self.num_layers}.")
         if self.num_target_layers < 2 and self.target_layer_ids is None:
             raise DraftsmithError(f"drafter.num_target_layers must be at least 2, got {self.num_target_layers}.")
-        if self.anchors_per_sequence < 1:
-            raise DraftsmithError(f"drafter.anchors_per_sequence must be at least 1, got {self.anchors_per_sequence}.")
+        if self.anchors_per_sequence < 0:
+            raise DraftsmithError(f"drafter.anchors_per_sequence must be 0 (every allowed anchor) or more, got "
+                                  f"{self.anchors_per_sequence}.")
         if self.gamma is not None and self.gamma <= 0:
             raise DraftsmithError(f"drafter.gamma must be positive, got {self.gamma}.")
         if self.variant not in ("dflash", "dspark"):
@@ -113,13 +117,17 @@ class Config(LossOptions):
             raise DraftsmithError(f"drafter.position_weighting must be decay or dpace, got {self.position_weighting!r}.")
         if not 0.0 <= self.dpace_alpha <= 1.0:
             raise DraftsmithError(f"drafter.dpace_alpha must be in [0, 1], got {self.dpace_alpha}.")
-        if self.attention not in ("auto", "sdpa", "flex"):
-            raise DraftsmithError(f"drafter.attention must be auto, sdpa or flex, got {self.attention!r}.")
+        if self.attention not in ("auto", "sdpa", "flex", "blockwise"):
+            raise DraftsmithError(f"drafter.attention must be auto, sdpa, flex or blockwise, got {self.attention!r}.")
 
     def position_weights(self) -> list[float]:
         """w_k for block positions k = 1..B-1."""
         gamma = self.gamma or (7.0 if self.block_size >= 16 else 4.0)
         return [math.exp(-(k - 1) / gamma) for k in range(1, self.block_size)]
+
+
+MAX_ANCHORS = 512
+"""blocks per sequence at most with `anchors_per_sequence: 0` (the speculators trainer's max_anchors)"""
 
 
 def default_layer_ids(num_layers: int, count: int) -> list[int]:
@@ -240,18 +248,20 @@ class Drafter(nn.Module):
         block = torch.full((b, anchors.shape[1], size), self.mask_token_id, dtype=torch.long, device=input_ids.device)
         block[..., 0] = input_ids.gather(1, anchors)
         positions = (anchors[..., None] + torch.arange(size, device=anchors.device)).flatten(1)
-        mask = (flex_block_mask if self.uses_flex(anchors.device) else block_attention_mask)(anchors, length, size)
+        rule = self.attention_rule(anchors.device)
+        mask = (BlockLayout(anchors, length, size) if rule == "blockwise" else
+                (flex_block_mask if rule == "flex" else block_attention_mask)(anchors, length, size))
         hidden = self.blocks(block.flatten(1), positions, self.context_kv(features, 0, length), mask)
         return hidden.view(b, anchors.shape[1], size, -1)
 
-    def uses_flex(self, device: torch.device) -> bool:
-        """Whether training attention runs flex_attention here (see `Config.attention`)."""
+    def attention_rule(self, device: torch.device) -> str:
+        """How training attention runs here: flex, sdpa or blockwise (see `Config.attention`)."""
         if self.config.attention == "auto":
-            return device.type == "cuda"
+            return "flex" if device.type == "cuda" else "blockwise"
         if self.config.attention == "flex" and device.type == "cpu" and torch.is_grad_enabled():
             raise DraftsmithError("drafter.attention=flex: torch has no flex_attention backward on a CPU, so it cannot "
-                                  "train here; use auto or sdpa.")
-        return self.config.attention == "flex"
+                                  "train here; use auto, blockwise or sdpa.")
+        return self.config.attention
 
     # ---- training
     def sample_anchors(self, input_ids, loss_mask, sample_ids=None, draw: int | None = None) -> torch.Tensor:
@@ -263,7 +273,8 @@ class Drafter(nn.Module):
         generator = torch.Generator().manual_seed(seed)
         allowed = torch.zeros_like(loss_mask, dtype=torch.bool, device="cpu")
         allowed[:, 1:-1] = loss_mask[:, 2:].bool().cpu()
-        anchors = torch.full((loss_mask.shape[0], self.config.anchors_per_sequence), -1, dtype=torch.long)
+        count = self.config.anchors_per_sequence or min(MAX_ANCHORS, max(int(allowed.sum(1).max()), 1))
+        anchors = torch.full((loss_mask.shape[0], count), -1, dtype=torch.long)
         for row in range(loss_mask.shape[0]):
             where = allowed[row].nonzero().flatten()
             chosen = where[torch.randperm(where.numel(), generator=generator)[: anchors.shape[1]]]
@@ -279,7 +290,7 @@ class Drafter(nn.Module):
             anchors = self.sample_anchors(ids, loss_mask, batch.get("sample_ids"), draw)
         used = anchors >= 0
         hidden = self.block_hidden(ids, batch["features"], anchors.clamp(min=0))
-        last = batch["features"][self.sizes["num_target_layers"] - 1]
+        labels = self._labels(batch, target_head, anchors, used)
         total, metrics, pieces = hidden.new_zeros((), dtype=torch.float32), {}, []
         for k, weight in enumerate(self.config.position_weights(), start=1):
             label_at = anchors.clamp(min=0) + k
@@ -294,8 +305,7 @@ class Drafter(nn.Module):
                 bias, confidence = self.markov(at, ids[rows[0], label_at[rows] - 1])
                 logits = logits + bias
             log_q = torch.log_softmax(logits, -1)
-            with torch.no_grad():  # over a draft vocabulary: the target's distribution renormalised over its rows
-                p, best = soft_labels(target_head, last[rows[0], label_at[rows] - 1], self.draft_ids)
+            p, best = labels(rows[0], label_at[rows] - 1)
             element = distribution_loss(self.config.loss, log_q, p, eta=self.config.loss_eta)
             position_loss = element.mean()
             pieces.append((k, rows, element, weight, -(p * log_q.detach()).sum(-1)))
@@ -311,6 +321,26 @@ class Drafter(nn.Module):
             total = total + (element * (weight if weights is None else weights)).mean()
         metrics["loss"] = float(total.detach())
         return total, metrics
+
+    @torch.no_grad()
+    def _labels(self, batch: dict, target_head, anchors: torch.Tensor, used: torch.Tensor):
+        """A lookup (rows, positions) -> (the target's distribution at those positions, over the head's rows, and its
+        argmax): computed once per position that some block learns from, since the blocks of nearby anchors share
+        most of them (the distribution is renormalised over a draft vocabulary's rows)."""
+        ids, loss_mask = batch["input_ids"], batch["loss_mask"].bool()
+        length = ids.shape[1]
+        needed = torch.zeros_like(loss_mask)
+        for k in range(1, self.config.block_size):
+            at = anchors.clamp(min=0) + k
+            learned = used & (at < length) & loss_mask.gather(1, at.clamp(max=length - 1))
+            rows = learned.nonzero(as_tuple=True)
+            needed[rows[0], at[rows] - 1] = True
+        where = needed.nonzero(as_tuple=True)
+        slot = torch.full(ids.shape, -1, dtype=torch.long, device=ids.device)
+        slot[where] = torch.arange(where[0].numel(), device=ids.device)
+        last = batch["features"][self.sizes["num_target_layers"] - 1]
+        p, best = soft_labels(target_head, last[where], self.draft_ids)
+        return lambda rows, positions: (p[slot[rows, positions]], best[slot[rows, positions]])
 
     @torch.no_grad()
     def _dpace_weights(self, pieces: list, shape: torch.Size) -> list[torch.Tensor | None]:

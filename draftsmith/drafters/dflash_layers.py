@@ -2,11 +2,15 @@
 
 A layer's block queries attend to keys/values of the context (positions before the block's anchor) and of the
 block itself (bidirectional inside it). Training lays N blocks side by side after the context and masks each to
-its own anchor: a boolean mask for SDPA, or the same rule as a flex_attention BlockMask (compiled on CUDA).
+its own anchor: a boolean mask for SDPA, the same rule as a flex_attention BlockMask (compiled on CUDA), or a
+`BlockLayout`, which computes that rule as two score products (context, own block) under one softmax, so that its
+cost grows with blocks x context instead of (blocks x block size)^2 and many blocks per sequence fit on a CPU.
 Decoding needs no mask: one block, the whole context before it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +37,35 @@ def flex_block_mask(anchors: torch.Tensor, length: int, block_size: int):
 
     queries = anchors.shape[1] * block_size
     return create_block_mask(rule, anchors.shape[0], None, queries, length + queries, device=anchors.device)
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """N blocks of `block_size` queries side by side, block n seeing the context keys j < anchors[:, n] and its own
+    block (the rule of `block_attention_mask`), for `blockwise_attention`."""
+
+    anchors: torch.Tensor  # [b, N]
+    length: int  # context positions
+    block_size: int
+
+
+def blockwise_attention(q, context_kv, k, v, layout: BlockLayout) -> torch.Tensor:
+    """Attention [b, h, N*B, d] of block queries `q` over the context keys/values `context_kv` ([b, kv, L, d] each)
+    before each block's anchor and the keys/values `k`, `v` [b, kv, N*B, d] of the query's own block: one softmax
+    over both, as SDPA with `block_attention_mask` computes it, without scoring any block against another."""
+    (b, h, n, d), size = q.shape, layout.block_size
+    blocks = n // size
+    group = h // k.shape[1]
+    kc, vc, k, v = (t.repeat_interleave(group, 1) if group > 1 else t for t in (*context_kv, k, v))
+    scale = d ** -0.5
+    before = torch.arange(layout.length, device=q.device) < layout.anchors.repeat_interleave(size, 1)[..., None]
+    context = (q @ kc.transpose(-1, -2) * scale).masked_fill(~before[:, None], float("-inf"))
+    q_blocks = q.view(b, h, blocks, size, d)
+    own = q_blocks @ k.view(b, h, blocks, size, d).transpose(-1, -2) * scale  # [b, h, N, B, B]
+    p = torch.softmax(torch.cat([context.view(b, h, blocks, size, -1), own], -1).float(), -1).to(q.dtype)
+    p_context, p_own = p[..., : layout.length], p[..., layout.length:]
+    out = p_context.reshape(b, h, n, layout.length) @ vc
+    return out + (p_own @ v.view(b, h, blocks, size, d)).view(b, h, n, d)
 
 
 _compiled_flex = None
@@ -83,10 +116,13 @@ class Attention(nn.Module):
 
     def forward(self, x, context_kv, cos, sin, mask) -> torch.Tensor:
         """Attention output [b, n, H] for block hiddens `x`; `mask`: [b, 1, n, context + n] boolean, a flex
-        BlockMask of the same rule, or None (everything visible)."""
+        BlockMask of the same rule, a `BlockLayout`, or None (everything visible)."""
         b, n = x.shape[:2]
         q = _rope(self.q_norm(self.q_proj(x).view(b, n, self.heads, self.head_dim)).transpose(1, 2), cos, sin)
         k, v = self.key_value(x, cos, sin)
+        if isinstance(mask, BlockLayout):
+            out = blockwise_attention(q, context_kv, k, v, mask)
+            return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
         k, v = torch.cat([context_kv[0], k], 2), torch.cat([context_kv[1], v], 2)
         if mask is not None and not isinstance(mask, torch.Tensor):
             out = flex_attention(q, k, v, mask, enable_gqa=self.heads != self.kv_heads)
