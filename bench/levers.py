@@ -15,7 +15,8 @@ held-out accuracy implies, decoded τ, speedup over the plain loop of that seed'
 An arm **won** when its decoded τ and its implied τ are both above its baseline's in every seed, **lost** when
 both are below in every seed, and is **mixed** otherwise; a recipe default changes only on a win. Each seed's
 families.py output is kept as OUT/bench-seed<S>.json, and a rerun with the same arms and settings reuses the seeds
-already done (a crash loses only the seed it was in). The record goes to results/levers/.
+already done (a crash loses only the seed it was in). The record goes to results/levers/, or results/levers_<recipe>/
+when no arm is of the default recipe (they train on the first recipe's data then, e.g. the dflash recipe's).
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ def main() -> None:
     summary = summarize(arms, seeds)
     first = json.loads((out / f"bench-seed{args.seeds[0]}.json").read_text())
     result = {"minutes": args.minutes, "num_prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens,
-              "seeds": args.seeds, "set": args.set, "arms": summary, "environment": first.get("environment"),
+              "data_recipe": data_recipe(arms), "seeds": args.seeds, "set": args.set, "arms": summary, "environment": first.get("environment"),
               "small_batch_linear_rows": {seed: json.loads((out / f"bench-seed{seed}.json").read_text()).get(
                   "small_batch_linear_rows") for seed in args.seeds}}
     print(f"\n{args.minutes:g} min per arm, seeds {' '.join(map(str, args.seeds))}, {args.num_prompts} HumanEval "
@@ -160,7 +161,18 @@ def main() -> None:
         total = args.num_prompts * len(args.seeds)
         print(f"{name:<14} {entry['mean_steps']:6.0f} {both('implied_tau'):>18} {both('tau'):>18} "
               f"{both('speedup'):>16} {entry['identical']:>4}/{total}  {entry.get('verdict', 'baseline')}")
-    records.write("levers", result, args)
+    records.write(record_name(arms), result, args)
+
+
+def data_recipe(arms: dict[str, dict]) -> str:
+    """The recipe whose prepared data every arm trains on: the first baseline's (the default recipe's when used)."""
+    return next(name for name, arm in arms.items() if arm["baseline"] is None)
+
+
+def record_name(arms: dict[str, dict]) -> str:
+    """levers for A/Bs on the default recipe's data, levers_<recipe> on another's: each keeps its own latest record."""
+    recipe = data_recipe(arms)
+    return "levers" if recipe == DEFAULT_RECIPE else f"levers_{recipe.replace('-', '_')}"
 
 
 if __name__ == "__main__":

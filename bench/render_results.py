@@ -345,7 +345,9 @@ def parallel_drafting(result: dict) -> list[str]:
 def levers(result: dict) -> list[str]:
     """Each lever against its recipe's baseline: figures per seed (seed order), means' ratios, the verdict."""
     seeds = result.get("seeds", [])
-    lines = [f"Every arm trained {fmt(result.get('minutes'), 1)} min of wall time on the default recipe's data, per "
+    data = result.get("data_recipe", "eagle3")
+    data = "the default recipe's data" if data == "eagle3" else f"the `{data}` recipe's data"
+    lines = [f"Every arm trained {fmt(result.get('minutes'), 1)} min of wall time on {data}, per "
              f"seed ({', '.join(map(str, seeds))}); decoded as its recipe's chain on {result.get('num_prompts')} "
              f"HumanEval prompts, {result.get('max_new_tokens')} new tokens, greedy, beside the plain loop. Figures "
              "per seed as a / b. **won**: decoded and implied τ above the baseline's in every seed; **lost**: below "
@@ -364,6 +366,33 @@ def levers(result: dict) -> list[str]:
                      identical(arm.get("identical"), total), f"**{arm['verdict']}**" if arm.get("verdict") else "–"])
     return lines + table(["arm", "change", "baseline", "steps", "implied τ", "decoded τ", "speedup vs plain",
                           "decoded τ vs baseline", "identical", "verdict"], rows)
+
+
+def dflash_peer(result: dict) -> list[str]:
+    """Our DFlash arms against the speculators library's model and loss: per seed, per-position held-out accuracy,
+    implied and decoded τ; each arm's mean decoded τ over the peer's."""
+    seeds = [str(s) for s in result.get("seeds", [])]
+    lines = [f"Every arm trained {result.get('steps')} steps on the `dflash` recipe's data and micro-batches, per seed "
+             f"({', '.join(seeds)}), from the same starting weights; the speculators arm is the library's "
+             f"`DFlashDraftModel` forward (its anchors, up to {result.get('peer_anchors')} per batch, targets, weights "
+             f"and loss) with its trainer's default optimiser (AdamW, lr {result.get('peer_lr')}). One evaluator: "
+             "held-out top-1 accuracy per block position over every allowed block, and our decoder on "
+             f"{result.get('num_prompts')} HumanEval prompts, {result.get('max_new_tokens')} new tokens, greedy. "
+             "Figures per seed as a / b.", ""]
+    rows = []
+    for name, arm in result.get("arms", {}).items():
+        figures = [result.get("per_seed", {}).get(seed, {}).get(name, {}) for seed in seeds]
+        accuracy = " / ".join(", ".join(fmt(a) for a in f.get("held_out_accuracy", [])[:3]) for f in figures)
+        rows.append([name, f"`{' '.join(arm.get('overrides', [])) or 'as shipped'}`" if not arm.get("peer") else
+                     "speculators' model, loss and optimiser", accuracy,
+                     " / ".join(fmt(f.get("implied_tau")) for f in figures),
+                     " / ".join(fmt(f.get("tau")) for f in figures),
+                     " / ".join(fmt(f.get("speedup"), suffix="×") for f in figures),
+                     fmt(arm.get("tau_vs_speculators"), 3, "×") if not arm.get("peer") else "–",
+                     identical(sum(f.get("identical") or 0 for f in figures),
+                               (result.get("num_prompts") or 0) * len(seeds))])
+    return lines + table(["arm", "training", "held-out accuracy, positions 1-3", "implied τ", "decoded τ",
+                          "speedup vs plain", "decoded τ vs speculators", "identical"], rows)
 
 
 def hybrid(result: dict) -> list[str]:
@@ -419,6 +448,12 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
                           "python bench/parallel_drafting.py --length 4 --minutes 10 --num-prompts 20"),
     "levers": ("Training levers, A/B at equal wall time over seeds", levers,
                "python bench/levers.py --minutes 4 --num-prompts 40 --seeds 0 1 --arm muon eagle3 train.optimizer=muon"),
+    "levers_dflash": ("DFlash training levers, A/B at equal wall time over seeds", levers,
+                      "python bench/levers.py --minutes 4 --num-prompts 20 --seeds 0 1 "
+                      "--arm dflash-all dflash drafter.anchors_per_sequence=0"),
+    "dflash_peer": ("DFlash: our trainer against the speculators library's, at equal steps", dflash_peer,
+                    "python bench/dflash_peer.py --steps 150 --seeds 0 1 --num-prompts 20 "
+                    "--arm draftsmith-all drafter.anchors_per_sequence=0"),
     "eagle3_smollm2": ("EAGLE-3 at a training budget", eagle3_smollm2,
                        "python bench/eagle3_smollm2.py --minutes 50 --num-prompts 40"),
     "general_mix": ("Code-only against the general mix, by category", general_mix,
@@ -450,8 +485,9 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
 
 
 # ----------------------------------------------------------------------------- records and the page
-SCRIPTS = {"hybrid_by_category": "hybrid"}
-"""records whose bench is not their script's name: bench/hybrid.py writes HumanEval and by-category records"""
+SCRIPTS = {"hybrid_by_category": "hybrid", "levers_dflash": "levers"}
+"""records whose bench is not their script's name: bench/hybrid.py writes HumanEval and by-category records,
+bench/levers.py one bench per recipe whose data the arms train on"""
 
 
 def script(bench: str) -> str:
@@ -552,9 +588,10 @@ def render_readme(text: str, results: Path = RESULTS) -> str:
 def watched(bench: str) -> list[str]:
     """The paths whose change can change what `bench` measures."""
     paths = ["draftsmith", f"bench/{script(bench)}.py", "bench/common.py"]
-    paths += ["bench/families.py"] if bench in ("parallel_drafting", "levers") else []
-    return paths + (["recipes"] if bench in ("families", "parallel_drafting", "eagle3_smollm2", "general_mix", "levers")
-                    else [])
+    uses_families = bench in ("parallel_drafting", "levers", "levers_dflash")
+    paths += ["bench/families.py"] if uses_families else []
+    recipes = uses_families or bench in ("families", "eagle3_smollm2", "general_mix", "dflash_peer")
+    return paths + (["recipes"] if recipes else [])
 
 
 def _git(*arguments: str) -> subprocess.CompletedProcess:

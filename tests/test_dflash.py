@@ -170,6 +170,22 @@ def test_anchors_per_sequence_0_draws_every_allowed_anchor(tiny_qwen3):
     assert anchors[1].tolist() == list(range(2, 19))
     many = torch.ones(1, 2000, dtype=torch.long)
     assert drafter.sample_anchors(torch.zeros(1, 2000, dtype=torch.long), many).shape == (1, dflash.MAX_ANCHORS)
+    few = make(frozen(tiny_qwen3), anchors_per_sequence=2)
+    assert few.sample_anchors(ids, loss_mask).shape == (2, 2)
+    assert torch.equal(few.sample_anchors(ids, loss_mask, every=True), anchors)
+
+
+def test_validation_counts_every_allowed_block(tiny_qwen3):
+    """In eval mode a drafter drawing 2 blocks per sequence in training scores every allowed block."""
+    target = frozen(tiny_qwen3)
+    drafter = make(target, block_size=4, anchors_per_sequence=2)
+    batch = batch_for(target, drafter)
+    every = drafter.sample_anchors(batch["input_ids"], batch["loss_mask"], every=True)
+    with torch.no_grad():
+        drafter.eval()
+        assert drafter(batch, target.head)[1] == drafter(batch, target.head, anchors=every)[1]
+        drafter.train()
+        assert drafter(batch, target.head)[1] != drafter(batch, target.head, anchors=every)[1]
 
 
 @pytest.mark.parametrize("anchors", [[[4, 9, 13, 15], [6, 12, 16, -1]], [[1, 2, 3, 4], [2, 3, 4, 5]]],
@@ -217,10 +233,12 @@ def test_fresh_anchors_follow_the_training_stream_and_resume_exactly(tmp_path):
     straight = make_recipe(tmp_path, target, drafter=options, max_steps=6, checkpoint_every=3, keep_checkpoints=0,
                            lr=3e-3)
     seen, draws = [], straight.model.drafter.sample_anchors
-    straight.model.drafter.sample_anchors = lambda *args: seen.append(args[3]) or draws(*args)
+    straight.model.drafter.sample_anchors = lambda *args, every: seen.append((args[3], every)) or draws(*args,
+                                                                                                      every=every)
     straight.train()
-    assert seen[:6] == list(range(6))  # one process, no accumulation: micro-batch s of the stream at step s
-    assert seen[6:] and set(seen[6:]) == {None}  # held-out batches: the same anchors at every validation
+    # one process, no accumulation: micro-batch s of the stream at step s, a few anchors each
+    assert seen[:6] == [(s, False) for s in range(6)]
+    assert seen[6:] and set(seen[6:]) == {(None, True)}  # held-out batches: every allowed block, at every validation
     crash_copy(tmp_path / "run", tmp_path / "crashed", 3, 6)
     reset_accelerate_state()
     config = load(TrainConfig, tmp_path / "recipe.yaml", ["resume=true", f"output_dir={tmp_path / 'crashed'}"])

@@ -27,6 +27,15 @@ def test_every_recipe_gets_its_baseline_arm_the_default_recipes_first():
         levers.arms_with_baselines([["eagle3", "eagle3", "train.lr=1e-2"]])
 
 
+def test_arms_on_another_recipes_data_keep_a_record_of_their_own():
+    on_default = levers.arms_with_baselines([["dpace", "dflash", "drafter.position_weighting=dpace"],
+                                             ["muon", "eagle3", "train.optimizer=muon"]])
+    assert levers.data_recipe(on_default) == "eagle3" and levers.record_name(on_default) == "levers"
+    dflash_only = levers.arms_with_baselines([["all", "dflash", "drafter.anchors_per_sequence=0"]])
+    assert levers.data_recipe(dflash_only) == "dflash" and levers.record_name(dflash_only) == "levers_dflash"
+    assert levers.record_name(levers.arms_with_baselines([["x", "draft-lm", "train.lr=1e-3"]])) == "levers_draft_lm"
+
+
 def bench_output(figures: dict[str, tuple[float, float]]) -> dict:
     """A families.py bench.json with each arm's (implied τ, decoded τ)."""
     families = {name: {"draft_length": 2, "steps": 100, "train_minutes": 4.0, "held_out_accuracy": [0.4, 0.3],

@@ -309,3 +309,22 @@ def test_levers_table():
     assert "| eagle3 | `eagle3 as shipped` | – | 900 / 910 | 1.50 / 1.52 | 1.60 / 1.60 | 1.28× / 1.28× | – | 80/80 | – |" in text
     assert ("| muon | `train.optimizer=muon` | eagle3 | 850 / 860 | 1.55 / 1.60 | 1.70 / 1.66 | 1.36× / 1.33× | "
             "1.050× | 80/80 | **won** |") in text
+    assert "on the default recipe's data" in text
+    dflash = rendered("levers_dflash", {"minutes": 4.0, "num_prompts": 20, "max_new_tokens": 96, "seeds": [0, 1],
+                                        "data_recipe": "dflash", "arms": {}})
+    assert "on the `dflash` recipe's data" in dflash
+
+
+def test_dflash_peer_table():
+    figures = {"held_out_accuracy": [0.3, 0.2, 0.1, 0.05], "implied_tau": 1.37, "tau": 1.4, "speedup": 1.1,
+               "identical": 20}
+    text = rendered("dflash_peer", {
+        "steps": 150, "seeds": [0, 1], "peer_lr": 1e-3, "peer_anchors": 512, "num_prompts": 20, "max_new_tokens": 96,
+        "arms": {"draftsmith-all": {"overrides": ["drafter.anchors_per_sequence=0"], "tau_vs_speculators": 1.05},
+                 "speculators": {"overrides": [], "peer": True}},
+        "per_seed": {"0": {"draftsmith-all": figures, "speculators": figures | {"tau": 1.3}},
+                     "1": {"draftsmith-all": figures, "speculators": figures | {"tau": 1.36}}}})
+    assert ("| draftsmith-all | `drafter.anchors_per_sequence=0` | 0.30, 0.20, 0.10 / 0.30, 0.20, 0.10 | 1.37 / 1.37 | "
+            "1.40 / 1.40 | 1.10× / 1.10× | 1.050× | 40/40 |") in text
+    assert "| speculators | speculators' model, loss and optimiser |" in text and "1.30 / 1.36 |" in text
+    assert "150 steps" in text and "up to 512 per batch" in text

@@ -264,16 +264,19 @@ class Drafter(nn.Module):
         return self.config.attention
 
     # ---- training
-    def sample_anchors(self, input_ids, loss_mask, sample_ids=None, draw: int | None = None) -> torch.Tensor:
+    def sample_anchors(self, input_ids, loss_mask, sample_ids=None, draw: int | None = None,
+                       every: bool = False) -> torch.Tensor:
         """[b, N] anchors a >= 1 whose first label x_{a+1} is loss-masked, drawn without replacement; -1 = none.
         Seeded by anchor_seed, the batch's sample ids (its tokens when there are none) and `draw` (the micro-batch's
-        index in the training stream, for fresh anchors; None: the same anchors whenever these samples come)."""
+        index in the training stream, for fresh anchors; None: the same anchors whenever these samples come).
+        `every` (or anchors_per_sequence 0): every allowed anchor, up to MAX_ANCHORS per sequence."""
         key = sample_ids if sample_ids is not None else input_ids
         seed = self.config.anchor_seed * 1_000_003 + int(key.sum()) + (0 if draw is None else 998_244_353 * (draw + 1))
         generator = torch.Generator().manual_seed(seed)
         allowed = torch.zeros_like(loss_mask, dtype=torch.bool, device="cpu")
         allowed[:, 1:-1] = loss_mask[:, 2:].bool().cpu()
-        count = self.config.anchors_per_sequence or min(MAX_ANCHORS, max(int(allowed.sum(1).max()), 1))
+        count = 0 if every else self.config.anchors_per_sequence
+        count = count or min(MAX_ANCHORS, max(int(allowed.sum(1).max()), 1))
         anchors = torch.full((loss_mask.shape[0], count), -1, dtype=torch.long)
         for row in range(loss_mask.shape[0]):
             where = allowed[row].nonzero().flatten()
@@ -283,11 +286,12 @@ class Drafter(nn.Module):
 
     def forward(self, batch: dict, target_head, anchors: torch.Tensor | None = None):
         """sum_k mean over blocks of w_k loss_k against the target's distribution at a+k-1 (w_k fixed, or D-PACE's
-        per block); loss_j / acc_j for block position k = j+1."""
+        per block); loss_j / acc_j for block position k = j+1. In eval mode (validation) every allowed block counts:
+        a few drawn blocks per sequence measure each position's accuracy too noisily to rank positions or runs."""
         ids, loss_mask = batch["input_ids"], batch["loss_mask"].bool()
         if anchors is None:
             draw = batch.get("micro_batch") if self.config.fresh_anchors else None
-            anchors = self.sample_anchors(ids, loss_mask, batch.get("sample_ids"), draw)
+            anchors = self.sample_anchors(ids, loss_mask, batch.get("sample_ids"), draw, every=not self.training)
         used = anchors >= 0
         hidden = self.block_hidden(ids, batch["features"], anchors.clamp(min=0))
         labels = self._labels(batch, target_head, anchors, used)
