@@ -1,8 +1,7 @@
 """DFlash trained by draftsmith and by the speculators library's own DFlash model and loss: same data, same steps.
 
     .venv/bin/python bench/dflash_peer.py --steps 150 --seeds 0 1 --num-prompts 20 \
-        --arm draftsmith-all drafter.anchors_per_sequence=0 \
-        --arm draftsmith-all-lr drafter.anchors_per_sequence=0 train.lr=1e-3
+        --arm draftsmith --arm draftsmith-matched drafter.anchors_per_sequence=128 train.lr=1e-3
 
 The peer is the library's `DFlashDraftModel` (installed by `make setup`) with the shape of the `dflash` recipe's
 drafter (layers, block size, context layers, draft vocabulary), started from the very weights our run starts from

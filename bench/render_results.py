@@ -452,8 +452,8 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
                       "python bench/levers.py --minutes 4 --num-prompts 20 --seeds 0 1 "
                       "--arm dflash-all dflash drafter.anchors_per_sequence=0"),
     "dflash_peer": ("DFlash: our trainer against the speculators library's, at equal steps", dflash_peer,
-                    "python bench/dflash_peer.py --steps 150 --seeds 0 1 --num-prompts 20 "
-                    "--arm draftsmith-all drafter.anchors_per_sequence=0"),
+                    "python bench/dflash_peer.py --steps 150 --seeds 0 1 --num-prompts 20 --arm draftsmith "
+                    "--arm draftsmith-matched drafter.anchors_per_sequence=128 train.lr=1e-3"),
     "eagle3_smollm2": ("EAGLE-3 at a training budget", eagle3_smollm2,
                        "python bench/eagle3_smollm2.py --minutes 50 --num-prompts 40"),
     "general_mix": ("Code-only against the general mix, by category", general_mix,

@@ -136,12 +136,17 @@ def test_the_attention_mask_is_context_before_the_anchor_and_the_whole_own_block
                 assert bool(mask[row, 0, query, key]) == expected
 
 
-def test_anchors_lie_in_loss_masked_spans_and_are_seeded(tiny_qwen3):
-    drafter = make(frozen(tiny_qwen3), anchors_per_sequence=3)
-    ids = torch.arange(40).view(2, 20)
+def two_spans() -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens [2, 20] and a loss mask learning 8..11 of the first sequence and 3.. of the second."""
     loss_mask = torch.zeros(2, 20, dtype=torch.long)
     loss_mask[0, 8:12] = 1
     loss_mask[1, 3:] = 1
+    return torch.arange(40).view(2, 20), loss_mask
+
+
+def test_anchors_lie_in_loss_masked_spans_and_are_seeded(tiny_qwen3):
+    drafter = make(frozen(tiny_qwen3), anchors_per_sequence=3)
+    ids, loss_mask = two_spans()
     anchors = drafter.sample_anchors(ids, loss_mask)
     assert len(set(anchors[0].tolist())) == 3 and set(anchors[0].tolist()) <= {7, 8, 9, 10}  # x_{a+1} in 8..11
     for row in range(2):
@@ -161,10 +166,7 @@ def test_anchors_lie_in_loss_masked_spans_and_are_seeded(tiny_qwen3):
 
 def test_anchors_per_sequence_0_draws_every_allowed_anchor(tiny_qwen3):
     drafter = make(frozen(tiny_qwen3), anchors_per_sequence=0)
-    ids = torch.arange(40).view(2, 20)
-    loss_mask = torch.zeros(2, 20, dtype=torch.long)
-    loss_mask[0, 8:12] = 1
-    loss_mask[1, 3:] = 1
+    ids, loss_mask = two_spans()
     anchors = drafter.sample_anchors(ids, loss_mask)
     assert anchors[0].tolist() == [7, 8, 9, 10] + [-1] * 13  # x_{a+1} in 8..11; as wide as the widest row
     assert anchors[1].tolist() == list(range(2, 19))
