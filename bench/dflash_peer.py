@@ -197,12 +197,7 @@ def held_out_accuracy(drafter, target, data, batches: int, max_length: int) -> l
         ids, mask = batch["input_ids"], batch["loss_mask"].bool()
         anchors = drafter.sample_anchors(ids, mask, every=True)
         _, metrics = drafter(batch, target.head, anchors=anchors)
-        used = anchors >= 0
-        count = []
-        for k in range(1, size):
-            at = anchors.clamp(min=0) + k
-            ok = used & (at < ids.shape[1]) & mask.gather(1, at.clamp(max=ids.shape[1] - 1))
-            count.append(int(ok.sum()))
+        count = [int(drafter.counted(anchors, mask, k)[1].sum()) for k in range(1, size)]
         got = [metrics.get(f"acc_{k - 1}", 0.0) * count[k - 1] for k in range(1, size)]
         hits = got if hits is None else [a + b for a, b in zip(hits, got)]
         counts = count if counts is None else [a + b for a, b in zip(counts, count)]

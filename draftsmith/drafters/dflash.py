@@ -292,14 +292,11 @@ class Drafter(nn.Module):
         if anchors is None:
             draw = batch.get("micro_batch") if self.config.fresh_anchors else None
             anchors = self.sample_anchors(ids, loss_mask, batch.get("sample_ids"), draw, every=not self.training)
-        used = anchors >= 0
         hidden = self.block_hidden(ids, batch["features"], anchors.clamp(min=0))
-        labels = self._labels(batch, target_head, anchors, used)
+        labels = self._labels(batch, target_head, anchors)
         total, metrics, pieces = hidden.new_zeros((), dtype=torch.float32), {}, []
         for k, weight in enumerate(self.config.position_weights(), start=1):
-            label_at = anchors.clamp(min=0) + k
-            counted = used & (label_at < ids.shape[1])
-            counted &= loss_mask.gather(1, label_at.clamp(max=ids.shape[1] - 1))
+            label_at, counted = self.counted(anchors, loss_mask, k)
             rows = counted.nonzero(as_tuple=True)
             if rows[0].numel() == 0:
                 continue
@@ -326,17 +323,23 @@ class Drafter(nn.Module):
         metrics["loss"] = float(total.detach())
         return total, metrics
 
+    @staticmethod
+    def counted(anchors: torch.Tensor, loss_mask: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a + k, whether block position k of the block at a counts) for anchors [b, N] (-1: unused) and a boolean
+        loss mask [b, S]: it counts when the block is used and the token it predicts, x_{a+k}, is learned."""
+        length = loss_mask.shape[1]
+        at = anchors.clamp(min=0) + k
+        return at, (anchors >= 0) & (at < length) & loss_mask.gather(1, at.clamp(max=length - 1))
+
     @torch.no_grad()
-    def _labels(self, batch: dict, target_head, anchors: torch.Tensor, used: torch.Tensor):
+    def _labels(self, batch: dict, target_head, anchors: torch.Tensor):
         """A lookup (rows, positions) -> (the target's distribution at those positions, over the head's rows, and its
         argmax): computed once per position that some block learns from, since the blocks of nearby anchors share
         most of them (the distribution is renormalised over a draft vocabulary's rows)."""
         ids, loss_mask = batch["input_ids"], batch["loss_mask"].bool()
-        length = ids.shape[1]
         needed = torch.zeros_like(loss_mask)
         for k in range(1, self.config.block_size):
-            at = anchors.clamp(min=0) + k
-            learned = used & (at < length) & loss_mask.gather(1, at.clamp(max=length - 1))
+            at, learned = self.counted(anchors, loss_mask, k)
             rows = learned.nonzero(as_tuple=True)
             needed[rows[0], at[rows] - 1] = True
         where = needed.nonzero(as_tuple=True)
