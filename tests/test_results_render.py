@@ -61,6 +61,25 @@ def test_the_latest_record_wins_and_names_its_provenance(tmp_path):
     assert page.count("No record yet") == len(render_results.CANONICAL) - 1
 
 
+def test_every_lever_record_is_rendered_newest_first(tmp_path):
+    def levers(arm: str, date: str) -> dict:
+        result = {"minutes": 4.0, "num_prompts": 40, "max_new_tokens": 96, "seeds": [0],
+                  "arms": {arm: {"recipe": "eagle3", "overrides": [f"drafter.loss={arm}"], "baseline": None,
+                                 "per_seed": [{"steps": 9, "implied_tau": 1.5, "tau": 1.6, "speedup": 1.2}],
+                                 "identical": 40}}}
+        return entry("levers", result, date=date, commit=date[8:10] * 20)
+
+    write(tmp_path, levers("tv", "2026-12-02T00:00:00Z"))
+    write(tmp_path, levers("jsd", "2026-12-04T00:00:00Z"))
+    write(tmp_path, entry("capture", {"throughput_ratio": 0.5}, date="2026-12-01T00:00:00Z"))
+    write(tmp_path, entry("capture", {"throughput_ratio": 0.955}, date="2026-12-02T00:00:00Z"))
+    page = render_results.render(tmp_path)
+    section = page.split('<a id="levers"></a>')[1].split("<a id=")[0]
+    assert section.index("commit 04040404") < section.index("`drafter.loss=jsd`") < section.index(
+        "commit 02020202") < section.index("`drafter.loss=tv`")
+    assert "0.955" in page and "| 0.500 |" not in page  # other benches still show only their latest record
+
+
 def test_committed_readme_table_is_what_the_committed_records_render():
     readme = (ROOT / "README.md").read_text()
     assert readme == render_results.render_readme(readme, ROOT / "results")
