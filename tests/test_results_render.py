@@ -80,6 +80,34 @@ def test_every_lever_record_is_rendered_newest_first(tmp_path):
     assert "0.955" in page and "| 0.500 |" not in page  # other benches still show only their latest record
 
 
+def test_a_rerun_of_some_families_replaces_no_record_of_more_families(tmp_path):
+    """A families record that reran some families (one trainer fixed) sits beside the last record of every family,
+    on the page and not in the README's table; a later record of every family replaces both."""
+    def families(names: list[str], date: str, tau: float) -> dict:
+        result = {"prompts": 20, "max_new_tokens": 128, "minutes_per_family": 4.0,
+                  "families": {name: {"recipe": name, "overrides": [], "draft_length": 2, "train_minutes": 4.0}
+                               for name in names},
+                  "methods": {f"{name} chain (2)": {"acceptance_length": tau, "speedup_vs_plain": 1.0,
+                                                    "identical_to_plain": 20} for name in names}}
+        return entry("families", result, date=date, commit=date[8:10] * 20)
+
+    write(tmp_path, families(["eagle3", "mtp", "dflash"], "2026-12-03T00:00:00Z", 1.31))
+    write(tmp_path, families(["eagle3", "dflash"], "2026-12-06T00:00:00Z", 1.62))
+    page = render_results.render(tmp_path)
+    section = page.split('<a id="families"></a>')[1].split("<a id=")[0]
+    assert section.index("commit 06060606") < section.index("commit 03030303")  # both, newest first
+    readme = render_results.render_readme(f"a\n{render_results.README_START}\n{render_results.README_END}\nb",
+                                          tmp_path)
+    assert "| mtp | chain of 2 | 4.0 | 1.31 |" in readme and "commit 03030303" in readme and "1.62" not in readme
+
+    write(tmp_path, families(["eagle3", "mtp", "dflash", "medusa1"], "2026-12-07T00:00:00Z", 1.44))
+    section = render_results.render(tmp_path).split('<a id="families"></a>')[1].split("<a id=")[0]
+    assert "commit 07070707" in section and "commit 06060606" not in section and "commit 03030303" not in section
+    readme = render_results.render_readme(f"a\n{render_results.README_START}\n{render_results.README_END}\nb",
+                                          tmp_path)
+    assert "| medusa1 | chain of 2 | 4.0 | 1.44 |" in readme and "1.31" not in readme
+
+
 def test_committed_readme_table_is_what_the_committed_records_render():
     readme = (ROOT / "README.md").read_text()
     assert readme == render_results.render_readme(readme, ROOT / "results")
