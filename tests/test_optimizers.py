@@ -1,15 +1,19 @@
 """train.optimizer: Muon takes the drafter's weight matrices and AdamW the rest, both as one optimizer that a
 scheduler moves and a checkpoint restores exactly; a Muon run learns and resumes bit for bit; under DeepSpeed ZeRO it
-is DeepSpeed's own Muon stepping as torch's does; FSDP is refused."""
+is DeepSpeed's own Muon stepping as torch's does; under FSDP2 (two processes over gloo) it steps the sharded matrices
+as one process steps the whole ones and Accelerate's FSDP2 checkpoints restore it exactly; FSDP1 is refused."""
 
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
-from test_train_launch import crash_copy
+from test_train_launch import ROOT, crash_copy, environment
 from test_train import make_recipe, memory_data, read_log, required_layers, reset_accelerate_state
 from tiny import tiny_target
 
@@ -145,10 +149,10 @@ def test_muon_rate_scale_carries_the_rest_of_torchs_factor():
     assert muon_rate_scale(torch.Size([2, 8]), "match_rms_adamw") == pytest.approx(0.2 * 8 ** 0.5)
 
 
-def test_fsdp_and_a_checkpoint_of_the_other_optimizer_are_refused():
+def test_fsdp1_and_a_checkpoint_of_the_other_optimizer_are_refused():
     named = small_model()
-    with pytest.raises(DraftsmithError, match="not yet under FSDP"):
-        build_optimizer(named, options(), lambda name: 1.0, fused=False, sharded_by="FSDP")
+    with pytest.raises(DraftsmithError, match="not under FSDP1, which hands the optimizer flat 1-D shards"):
+        build_optimizer(named, options(), lambda name: 1.0, fused=False, sharded_by="FSDP1")
     adamw_only = build_optimizer(named[2:], options(), lambda name: 1.0, fused=False)  # embed, norm: no Muon half
     with pytest.raises(DraftsmithError, match="no muon half"):
         build_optimizer(named, options(), lambda name: 1.0, fused=False).load_state_dict(adamw_only.state_dict())
@@ -170,3 +174,68 @@ def test_a_muon_run_learns_and_resumes_exactly(tmp_path):
     resumed.setup()
     resumed.train()
     assert [r["loss"] for r in read_log(crashed)] == [r["loss"] for r in straight]
+
+
+def test_the_state_dict_is_torchs_one_layout_and_a_checkpoint_of_two_halves_still_loads():
+    """torch.distributed.checkpoint (and Accelerate's FSDP2 checkpoints through it) reads an optimizer's state by
+    parameter index beside its groups; a checkpoint written before that, one state dict per half (a torch Muon's and
+    a torch AdamW's, as this optimizer saved them then), resumes the same."""
+    named = small_model()
+    optimizer = build_optimizer(named, options(muon_lr=2e-2), lambda name: 1.0, fused=False)
+    weights = {name: p.detach().clone() for name, p in named}
+    step(optimizer, named)
+    saved = copy.deepcopy(optimizer.state_dict())
+    assert set(saved) == {"state", "param_groups"} and sorted(saved["state"]) == [0, 1, 2, 3, 4]
+    # proj.weight (Muon), embed.weight (AdamW, decayed), then proj.bias and the norm's two (AdamW, not decayed)
+    assert [("ns_coefficients" in g, g["params"]) for g in saved["param_groups"]] == [(True, [0]), (False, [1]),
+                                                                                   (False, [2, 3, 4])]
+    assert set(saved["state"][0]) == {"momentum_buffer"} and {"exp_avg", "step"} <= set(saved["state"][1])
+    after_one = {name: p.detach().clone() for name, p in named}
+    step(optimizer, named)
+    expected = {name: p.detach().clone() for name, p in named}
+
+    with torch.no_grad():  # the same first step by the two torch optimizers the halves came from
+        for name, p in named:
+            p.copy_(weights[name])
+    fresh = build_optimizer(named, options(muon_lr=2e-2), lambda name: 1.0, fused=False)
+    muon = torch.optim.Muon(fresh.param_groups[:1], lr=2e-2, momentum=0.95, adjust_lr_fn="match_rms_adamw")
+    adamw = torch.optim.AdamW(fresh.param_groups[1:], lr=1e-2, betas=(0.9, 0.95))
+    for half in (muon, adamw):
+        half.zero_grad()
+    loss_of(named).backward()
+    muon.step()
+    adamw.step()
+    assert all(torch.equal(after_one[name], p) for name, p in named)
+    halves = copy.deepcopy({"muon": muon.state_dict(), "adamw": adamw.state_dict()})
+
+    for layout in (saved, halves):
+        with torch.no_grad():
+            for name, p in named:
+                p.copy_(after_one[name])
+        restored = build_optimizer(named, options(muon_lr=2e-2), lambda name: 1.0, fused=False)
+        restored.load_state_dict(copy.deepcopy(layout))
+        assert restored.muon.state is restored.state and restored.adamw.state is restored.state
+        assert restored.param_groups == restored.muon.param_groups + restored.adamw.param_groups
+        step(restored, named)
+        assert all(torch.equal(expected[name], p) for name, p in named)
+
+
+def test_under_fsdp2_muon_steps_the_shards_as_one_process_steps_the_whole_and_resumes_exactly(tmp_path):
+    """Two processes over gloo, each with half of every matrix's rows (tests/fsdp_muon_worker.py): the recipe's
+    optimizer on FSDP2's DTensor shards moves the weights bit for bit as one process training on both batches does
+    (Muon's Newton-Schulz sees each whole matrix, not a shard's rows: an optimizer that orthogonalised each shard
+    apart is caught), and Accelerate's FSDP2 checkpoint functions, in the recipe's FULL_STATE_DICT layout and the sharded
+    one, restore it so that the next step is bit for bit the step without the stop."""
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(ROOT / "tests" / "fsdp_muon_worker.py"), str(tmp_path)],
+                          cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["world_size"] == 2 and result["local_rows_mid"] == 4  # 7 rows: 4 here, 3 on the other process
+    assert result["dtensor_parameters"] == ["embed.weight", "lm_head.weight", "mid.weight", "norm.bias", "norm.weight",
+                                            "up.bias", "up.weight"]
+    assert result["muon_groups"] == 1  # up.weight and mid.weight; embed, lm_head, the norm and biases are AdamW's
+    assert result["moved_after_step_1"] > 1e-3
+    assert result["gap_to_one_process_per_step"] == [0.0, 0.0, 0.0]  # bit for bit, every weight, three steps
+    assert result["shard_local_gap_after_step_1"] > 1e-3
+    assert result["resume_equal"] == {"FULL_STATE_DICT": True, "SHARDED_STATE_DICT": True}

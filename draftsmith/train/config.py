@@ -99,9 +99,9 @@ class OptimSection:
     budget on a machine slower than max_steps was set for"""
     optimizer: Literal["adamw", "muon"] = "adamw"
     """adamw: AdamW over every trainable parameter; muon: torch.optim.Muon over the drafter's weight matrices
-    (not embeddings, vocabulary heads, norms or biases, which stay with AdamW), on one process or under DDP; under
-    DeepSpeed ZeRO, DeepSpeed's own Muon set to step the same way; not yet under FSDP. Both follow the same warmup
-    and cosine"""
+    (not embeddings, vocabulary heads, norms or biases, which stay with AdamW), on one process, under DDP and under
+    FSDP2; under DeepSpeed ZeRO, DeepSpeed's own Muon set to step the same way; FSDP1 is refused. Both follow the
+    same warmup and cosine"""
     lr: float = 3e-4
     """peak learning rate of AdamW"""
     muon_lr: float = 0.0

@@ -157,7 +157,8 @@ class TrainRecipe:
         # loop for the EAGLE-3 drafter on 2 CPU cores); FSDP and DeepSpeed bring their own optimizer step.
         from accelerate.utils import DistributedType
 
-        sharded = {DistributedType.DEEPSPEED: "DeepSpeed ZeRO", DistributedType.FSDP: "FSDP"}.get(
+        fsdp = "FSDP2" if self.accelerator.is_fsdp2 else "FSDP1"
+        sharded = {DistributedType.DEEPSPEED: "DeepSpeed ZeRO", DistributedType.FSDP: fsdp}.get(
             self.accelerator.distributed_type)
         fused = self.accelerator.device.type in ("cpu", "cuda") and sharded is None
         optimizer = build_optimizer(trainable, cfg, lr_scale, fused, sharded_by=sharded)
