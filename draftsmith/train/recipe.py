@@ -157,9 +157,10 @@ class TrainRecipe:
         # loop for the EAGLE-3 drafter on 2 CPU cores); FSDP and DeepSpeed bring their own optimizer step.
         from accelerate.utils import DistributedType
 
-        fsdp = "FSDP2" if self.accelerator.is_fsdp2 else "FSDP1"
-        sharded = {DistributedType.DEEPSPEED: "DeepSpeed ZeRO", DistributedType.FSDP: fsdp}.get(
+        sharded = {DistributedType.DEEPSPEED: "DeepSpeed ZeRO", DistributedType.FSDP: "FSDP1"}.get(
             self.accelerator.distributed_type)
+        if sharded == "FSDP1" and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) == 2:
+            sharded = "FSDP2"
         fused = self.accelerator.device.type in ("cpu", "cuda") and sharded is None
         optimizer = build_optimizer(trainable, cfg, lr_scale, fused, sharded_by=sharded)
         # the share of train.max_minutes spent, as every process agrees on it (`_out_of_time`): the same rate everywhere
