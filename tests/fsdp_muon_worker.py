@@ -64,12 +64,16 @@ def shard(model: Small) -> Small:
 
 
 def optimizer_of(model: Small, sharded: bool):
-    named = [(name, p) for name, p in model.named_parameters()]
-    return build_optimizer(named, OPTIONS, lambda name: 1.0, fused=False, sharded_by="FSDP2" if sharded else None)
+    return build_optimizer(list(model.named_parameters()), OPTIONS, lambda name: 1.0, fused=False, sharded_by="FSDP2" if sharded else None)
 
 
 def batch(rank: int, step: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (3, 9), generator=torch.Generator().manual_seed(100 * step + rank))
+
+
+def loss_over(ranks: list[int], step: int):
+    """The loss of a model on these processes' batches of `step`, averaged (as FSDP averages their gradients)."""
+    return lambda model: sum(model(batch(rank, step)) for rank in ranks) / len(ranks)
 
 
 def train_step(model, optimizer, losses) -> None:
@@ -91,8 +95,7 @@ def shard_local_muon_step(start: dict[str, torch.Tensor]) -> dict[str, torch.Ten
     """One step of one process's training where Muon orthogonalises each process's rows of `mid.weight` apart
     (as an optimizer that saw only its shard would), the rest as the recipe's optimizer does."""
     model = fresh(start)
-    both = lambda m: (m(batch(0, 1)) + m(batch(1, 1))) / 2  # noqa: E731
-    both(model).backward()
+    loss_over([0, 1], 1)(model).backward()
     grad = model.mid.weight.grad.clone()
     reference = optimizer_of(model, sharded=False)
     reference.step()
@@ -106,14 +109,13 @@ def shard_local_muon_step(start: dict[str, torch.Tensor]) -> dict[str, torch.Ten
     return moved
 
 
-def checkpoint_round_trip(layout: str, at_step_2: dict[str, torch.Tensor], model, optimizer, out: Path, rank: int,
-                          losses) -> dict[str, torch.Tensor]:
+def checkpoint_round_trip(layout: str, at_step_2: dict[str, torch.Tensor], model, optimizer, out: Path,
+                          rank: int) -> dict[str, torch.Tensor]:
     """Save the sharded optimizer through Accelerate's FSDP2 checkpoint functions, restore it into a fresh sharded
     model and optimizer (the model from the step-2 weights), and take step 3 there."""
+    from accelerate import PartialState
     from accelerate.utils import FullyShardedDataParallelPlugin
     from accelerate.utils.fsdp_utils import load_fsdp_optimizer, save_fsdp_optimizer
-
-    from accelerate import PartialState
 
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2, state_dict_type=layout)
     accelerator = PartialState(cpu=True)  # Accelerate's view of this process group: its rank, its barrier, its logs
@@ -124,7 +126,7 @@ def checkpoint_round_trip(layout: str, at_step_2: dict[str, torch.Tensor], model
     restored_model = shard(fresh(at_step_2))
     restored = optimizer_of(restored_model, sharded=True)
     load_fsdp_optimizer(plugin, accelerator, restored, restored_model, str(folder))
-    train_step(restored_model, restored, losses(3))
+    train_step(restored_model, restored, loss_over([rank], 3))
     return whole(restored_model)
 
 
@@ -137,19 +139,17 @@ def main(out: Path) -> None:
     single_optimizer = optimizer_of(single, sharded=False)
     sharded = shard(fresh())
     optimizer = optimizer_of(sharded, sharded=True)
-    mine = lambda step: (lambda m: m(batch(rank, step)))  # noqa: E731
-    both = lambda step: (lambda m: (m(batch(0, step)) + m(batch(1, step))) / 2)  # noqa: E731
     gaps, after_first = [], None
     for step in (1, 2):
-        train_step(sharded, optimizer, mine(step))
-        train_step(single, single_optimizer, both(step))
+        train_step(sharded, optimizer, loss_over([rank], step))
+        train_step(single, single_optimizer, loss_over([0, 1], step))
         gaps.append(largest_gap(whole(sharded), whole(single)))
         after_first = after_first or whole(sharded)
     at_step_2 = whole(sharded)
-    resumed = {layout: checkpoint_round_trip(layout, at_step_2, sharded, optimizer, out, rank, mine)
+    resumed = {layout: checkpoint_round_trip(layout, at_step_2, sharded, optimizer, out, rank)
                for layout in ("FULL_STATE_DICT", "SHARDED_STATE_DICT")}
-    train_step(sharded, optimizer, mine(3))
-    train_step(single, single_optimizer, both(3))
+    train_step(sharded, optimizer, loss_over([rank], 3))
+    train_step(single, single_optimizer, loss_over([0, 1], 3))
     gaps.append(largest_gap(whole(sharded), whole(single)))
     straight = whole(sharded)
     if rank == 0:
