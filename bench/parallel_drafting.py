@@ -31,11 +31,14 @@ parser.add_argument("--tree", default=None, metavar="DEPTH,TOPK,TOTAL",
                     help="also decode both as this EAGLE-2 tree (P-EAGLE's from its per-position top-k)")
 parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE",
                     help="overrides of both recipes (passed to families.py --set)")
+parser.add_argument("--peagle-set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE",
+                    help="overrides of the P-EAGLE recipe alone (e.g. drafter.num_layers=2)")
 records.add_shared_options(parser, num_prompts=20, max_new_tokens=128, out="runs/bench-parallel-drafting", threads=0,
                            helps={"out": "where families.py puts its runs and bench.json"})
 args = parser.parse_args()
 
-command = [sys.executable, str(ROOT / "bench" / "families.py"), "--families", "eagle3", "peagle",
+command = [sys.executable, str(ROOT / "bench" / "families.py"), "--families", "eagle3", "--family", "peagle", "peagle",
+           *args.peagle_set,
            "--minutes", str(args.minutes), "--num-prompts", str(args.num_prompts),
            "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads),
            "--draft-length", str(args.length), "--without", "generate", "lookup", "--out", args.out, "--no-record",
@@ -49,6 +52,7 @@ chain = f"chain ({args.length})"
 eagle3, peagle = result["methods"][f"eagle3 {chain}"], result["methods"][f"peagle {chain}"]
 result["parallel_drafting"] = {
     "length": args.length,
+    "peagle_overrides": args.peagle_set,
     "draft_ms_per_pass": {"eagle3": eagle3["draft_ms_per_cycle"], "peagle": peagle["draft_ms_per_cycle"]},
     "draft_ms_ratio": peagle["draft_ms_per_cycle"] / eagle3["draft_ms_per_cycle"],
     "tau": {"eagle3": eagle3["acceptance_length"], "peagle": peagle["acceptance_length"]},

@@ -335,7 +335,9 @@ def parallel_drafting(result: dict) -> list[str]:
     rows = [[name, fmt(s.get("draft_ms_per_pass", {}).get(name), 1), fmt(s.get("tau", {}).get(name)),
              fmt(s.get("speedup_vs_plain", {}).get(name), suffix="x"),
              identical(s.get("identical_to_plain", {}).get(name), result.get("prompts"))] for name in names]
-    lines = [f"Chains of {s.get('length')}, both drafters trained for that many steps:", ""]
+    changed = s.get("peagle_overrides") or []
+    lines = [f"Chains of {s.get('length')}, both drafters trained for that many steps"
+             + (f"; P-EAGLE with {', '.join(f'`{o}`' for o in changed)}" if changed else "") + ":", ""]
     lines += table(["drafter", "draft ms per verify pass", "τ", "speedup vs plain", "identical to plain"], rows)
     lines += [f"P-EAGLE over EAGLE-3: draft time per verify pass **{fmt(s.get('draft_ms_ratio'))}x**, "
               f"τ **{fmt(s.get('tau_ratio'))}x**.", ""]

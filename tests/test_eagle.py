@@ -51,9 +51,11 @@ def autoregressive_logits(drafter, head, ids, features, t, steps):
 
 
 @pytest.mark.parametrize("arch,variant,options", [("llama", "eagle3", {}), ("qwen3", "eagle3", {}), ("llama", "eagle1", {}),
-                                                  ("llama", "eagle3", {"fc_norm": True, "norm_output": True})])
+                                                  ("llama", "eagle3", {"fc_norm": True, "norm_output": True}),
+                                                  ("qwen3", "eagle3", {"num_layers": 3})])
 def test_training_time_test_equals_autoregressive_decoding(arch, variant, options):
-    """(the last case: EAGLE 3.1, a norm per feature layer before fc and final-normed outputs fed forward)"""
+    """(EAGLE 3.1: a norm per feature layer before fc and final-normed outputs fed forward; num_layers=3: two plain
+    layers after the first, whose step-0 keys come from the layer below at every index)"""
     from tiny import tiny_target
 
     target = frozen(tiny_target(arch))
@@ -303,6 +305,8 @@ def test_bad_inputs_are_clear_errors(tiny_llama):
         eagle.create(eagle.Config(layers=[1, 2]), target)
     with pytest.raises(DraftsmithError, match="last layer"):
         eagle.create(eagle.Config(variant="eagle1", layers=[3]), target)
+    with pytest.raises(DraftsmithError, match="num_layers must be at least 1 \\(exactly 1 for eagle1\\)"):
+        eagle.create(eagle.Config(variant="eagle1", num_layers=2), target)
 
 
 def test_training_targets_from_draft_rows_equal_the_full_head(tiny_llama):

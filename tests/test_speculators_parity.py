@@ -176,6 +176,37 @@ def test_peagle_misreadings_fail_the_harness_and_the_validator(peagle_exported, 
     assert torch.equal(proposer.drafter.mask_hidden, drafter.mask_hidden.detach())
 
 
+# --------------------------------------------------------------------------- more than one decoder layer
+@pytest.fixture(scope="module", params=["eagle3", "peagle"])
+def deep_exported(request, tmp_path_factory):
+    """As `exported`, for a drafter of two decoder layers (the EAGLE-3 first layer and a plain Llama layer)."""
+    return request.param, export_eagle3(tmp_path_factory.mktemp(f"deep-{request.param}"), variant=request.param,
+                                        num_layers=2)
+
+
+def test_speculators_computes_our_two_layer_export_exactly(deep_exported, tmp_path):
+    """The library builds its first layer and a Llama decoder layer from num_hidden_layers = 2 and computes our
+    logits; read as one layer (the second's weights ignored) it does not; SGLang's one-layer model is refused."""
+    variant, (target, drafter, out, sequences) = deep_exported
+    check = peagle_parity if variant == "peagle" else parity
+    config = json.loads((out / "config.json").read_text())
+    assert config["transformer_layer_config"]["num_hidden_layers"] == 2
+    assert "layers.1.self_attn.q_proj.weight" in load_file(str(out / "model.safetensors"))
+    results = check(target, drafter, out, sequences)
+    assert all(r["argmax_agreement"] == 1.0 and r["max_abs_difference"] < 1e-3 for r in results), results
+    rewrite_config(out, tmp_path / "one", lambda c: c["transformer_layer_config"].update(num_hidden_layers=1))
+    assert max(r["max_abs_difference"] for r in check(target, drafter, tmp_path / "one", sequences[:1])) > 1e-2
+    refusal = "P-EAGLE drafter" if variant == "peagle" else "2 decoder layers"  # P-EAGLE is refused before depth
+    with pytest.raises(ex.DraftsmithError, match=refusal):
+        ex.export(out.parent / "best", "sglang", tmp_path / "sg", verifier=target.name)
+    from draftsmith.export import readers
+
+    proposer = readers.load_proposer(out, target)  # read back from the export: the same two layers
+    assert proposer.drafter.config.num_layers == 2
+    for name, tensor in drafter.state_dict().items():
+        assert torch.equal(proposer.drafter.state_dict()[name], tensor), name
+
+
 # --------------------------------------------------------------------------- DFlash (speculators `dflash` layout)
 ANCHORS = [2, 7, 11]
 

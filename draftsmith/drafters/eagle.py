@@ -1,11 +1,12 @@
-"""EAGLE-3, P-EAGLE and EAGLE-1 drafters (DESIGN §3): one decoder layer on top of the target's features.
+"""EAGLE-3, P-EAGLE and EAGLE-1 drafters (DESIGN §3): decoder layers (one by default) on the target's features.
 
 EAGLE-3: fc(low, mid, high features) -> hidden; attention reads [norm(embed), norm(hidden)] (2H),
 residual on the hidden; draft-vocabulary head; training-time test (TTT) over k steps. P-EAGLE (parallel
 drafting): EAGLE-3's layer, but steps j >= 1 read a mask token and a learned `mask_hidden` (fused like the
 target's features) instead of the previous step's token and output, so at decode time the k steps are k
 rows of one forward. EAGLE-1: fc(embed, top feature) with bias, no input norm, the target's head, feature
-regression + 0.1 CE.
+regression + 0.1 CE. With num_layers > 1 (EAGLE-3 and P-EAGLE), plain Llama decoder layers follow the first, as in
+the speculators layout; each step's output is the last layer's.
 
 Indexing: index t reads feature f_t and token x_{t+1} at position t and predicts x_{t+2}; TTT step
 j at index t runs at position t + j, reads x_{t+1+j}, and learns the target's distribution at
@@ -64,6 +65,10 @@ class Config(LossOptions):
     """loss = sum over TTT steps j of step_weight^j * loss_j"""
     intermediate_size: int | None = None
     """MLP width of the draft layer; default the target's"""
+    num_layers: int = 1
+    """eagle3, peagle: decoder layers; the first reads [embed, hidden] (2H), each later one is a plain Llama layer
+    over the hidden (the speculators layout). More layers give P-EAGLE's positions after the first, which never see
+    the tokens drafted before them, more to work with, at one more layer per forward"""
     norm_before_residual: bool = False
     """eagle3: take the residual from the normed hidden instead of the raw one"""
     fc_norm: bool = False
@@ -87,6 +92,8 @@ class Config(LossOptions):
         self.validate_loss(sparse_labels=self.labels == "topk")
         if self.ttt_steps is not None and self.ttt_steps < 1:
             raise DraftsmithError(f"eagle: ttt_steps must be at least 1, got {self.ttt_steps}.")
+        if self.num_layers < 1 or (self.variant == "eagle1" and self.num_layers != 1):
+            raise DraftsmithError(f"eagle: num_layers must be at least 1 (exactly 1 for eagle1), got {self.num_layers}.")
         if self.variant == "eagle1" and (self.fc_norm or self.norm_output):
             raise DraftsmithError("eagle: fc_norm and norm_output (EAGLE 3.1) are options of eagle3 and peagle.")
         if self.layers is not None and self.variant != "eagle1" and len(self.layers) != 3:
@@ -113,7 +120,7 @@ class Drafter(nn.Module):
         self.last_layer = layer_config.target_num_layers - 1
         fc_in = 3 * H if self.eagle3 else 2 * H
         self.fc = nn.Linear(fc_in, H, bias=not self.eagle3)
-        self.layers = nn.ModuleList([DraftLayer(layer_config, config)])
+        self.layers = nn.ModuleList([DraftLayer(layer_config, config, first=i == 0) for i in range(config.num_layers)])
         self.rotary_emb = LlamaRotaryEmbedding(layer_config)
         if self.eagle3:
             self.norm = LlamaRMSNorm(H, eps=layer_config.rms_norm_eps)
@@ -170,17 +177,17 @@ class Drafter(nn.Module):
         ids = torch.full_like(like, self.config.mask_token_id)
         return ids, hidden.expand(*like.shape, -1)
 
-    def finish(self, attention: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        """A step's output hidden (the layer's output; final-normed with norm_output), what the next step reads."""
-        hidden = self.layers[0].finish(attention, residual)
+    def output(self, hidden: torch.Tensor) -> torch.Tensor:
+        """A step's output hidden from the last layer's (final-normed with norm_output): what the next step reads."""
         return self.norm(hidden) if self.config.norm_output else hidden
 
-    def project(self, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor):
-        """Layer inputs for tokens `ids` [B, n] and hidden [B, n, H] at `positions` [B, n]: (q, k, v, residual)."""
+    def inputs(self, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor):
+        """What the layers read for tokens `ids` [B, n] and hidden [B, n, H] at `positions` [B, n]: (embeds, the
+        first layer's hidden (EAGLE-1: fc(embed, feature)), (cos, sin))."""
         embeds = self.embed_tokens(ids).to(hidden.device, hidden.dtype)
         if not self.eagle3:
             hidden = self.fc(torch.cat([embeds, hidden], dim=-1))
-        return self.layers[0].project(embeds, hidden, *self.rotary_emb(hidden, positions))
+        return embeds, hidden, self.rotary_emb(hidden, positions)
 
     def logits(self, hidden: torch.Tensor, target_head) -> torch.Tensor:
         """Draft logits: over the draft vocabulary (EAGLE-3) or the target's (EAGLE-1, target head)."""
@@ -189,24 +196,30 @@ class Drafter(nn.Module):
         return self.lm_head(hidden if self.config.norm_output else self.norm(hidden))
 
     def step(self, ids, hidden, positions, past=None, mask=None, causal: bool = False):
-        """One cached pass over n inputs attending to `past` (keys, values) and themselves, as `mask`
-        [n, past+n] allows (None: everything; `causal`: no past, each input sees itself and those before it).
-        Returns (output hidden, past + new (keys, values))."""
-        q, k, v, residual = self.project(ids, hidden, positions)
-        keys, values = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
-        if causal:  # a whole prompt: SDPA's causal kernel, never an [n, n] mask (3x faster at 4096 tokens on CPU)
-            if past is not None or mask is not None:
-                raise ValueError("causal=True is for a pass without past and without a mask")
-            attention = F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=True)
-        else:
-            attention = grouped_query_attention(q, keys, values, mask)
-        return self.finish(attention, residual), (keys, values)
+        """One cached pass over n inputs attending to `past` (one (keys, values) per layer) and themselves, as
+        `mask` [n, past+n] allows (None: everything; `causal`: no past, each input sees itself and those before it).
+        Returns (output hidden, past + new: one (keys, values) per layer)."""
+        if causal and (past is not None or mask is not None):
+            raise ValueError("causal=True is for a pass without past and without a mask")
+        embeds, hidden, (cos, sin) = self.inputs(ids, hidden, positions)
+        grown = []
+        for i, layer in enumerate(self.layers):
+            q, k, v, residual = layer.project(embeds, hidden, cos, sin)
+            keys, values = (k, v) if past is None else (torch.cat([past[i][0], k], 2), torch.cat([past[i][1], v], 2))
+            if causal:  # a whole prompt: SDPA's causal kernel, never an [n, n] mask (3x faster at 4096 tokens on CPU)
+                attention = F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=True)
+            else:
+                attention = grouped_query_attention(q, keys, values, mask)
+            hidden = layer.finish(attention, residual)
+            grown.append((keys, values))
+        return self.output(hidden), tuple(grown)
 
     # ---- training
     def ttt_forward(self, input_ids, features, attention_mask=None, steps=None, at=None) -> list[torch.Tensor]:
         """Training-time test: the output hidden of every step (step j at index t = position t + j), [B, S, H],
         or [B, A, H] at the indices `at` [B, A] only. Step 0's keys and values cover every index (any query
-        may attend to them); everything else, the layer's MLP included, runs only where it is asked for.
+        may attend to them; with more than one layer, the layers below the last run step 0 at every index for
+        the keys above them); everything else, the last layer's MLP included, runs only where it is asked for.
         Step j reads token x_{t+1+j} and step j-1's output (EAGLE-3), or the mask token and mask hidden (P-EAGLE:
         so no step's input depends on another's output, and at decode time they are rows of one forward)."""
         steps = steps or self.config.ttt_steps
@@ -217,29 +230,40 @@ class Drafter(nn.Module):
         index = torch.arange(length, device=input_ids.device)
         every = index.expand(batch, length)
         at = every if at is None else at
-        # Step-0 keys: causal, padding hidden (a query always sees itself, so no row is empty).
-        sees = index[None, None, :] <= at[:, :, None]
-        if attention_mask is not None:
-            sees = sees & (attention_mask[:, None, :].bool() | (index[None, None, :] == at[:, :, None]))
-        sees = sees[:, None]
+
+        def seen_from(rows):  # step-0 keys: causal, padding hidden (a query always sees itself: no row is empty)
+            sees = index[None, None, :] <= rows[:, :, None]
+            if attention_mask is not None:
+                sees = sees & (attention_mask[:, None, :].bool() | (index[None, None, :] == rows[:, :, None]))
+            return sees[:, None]
+
+        sees, last = seen_from(at), len(self.layers) - 1
+        sees_every = seen_from(every) if last else None
         ahead = torch.zeros_like(input_ids)
-        keys, values, outputs = [], [], []
+        keys, values, outputs = [[] for _ in self.layers], [[] for _ in self.layers], []
         groups = self.layers[0].kv_groups
         for j in range(steps):
             ahead.zero_()
             ahead[:, : max(length - 1 - j, 0)] = input_ids[:, 1 + j :]  # x_{t+1+j}; beyond the end: unused
             if j == 0:
-                q, k, v, residual = self.project(ahead, hidden, every)
-                if at is not every:
+                ids, positions = ahead, every
+            elif self.parallel:
+                (ids, hidden), positions = self.mask_inputs(at), at + j
+            else:
+                ids, positions = ahead.gather(1, at), at + j
+            embeds, hidden, (cos, sin) = self.inputs(ids, hidden, positions)
+            for i, layer in enumerate(self.layers):
+                q, k, v, residual = layer.project(embeds, hidden, cos, sin)
+                keys[i].append(repeat_kv(k, groups))
+                values[i].append(repeat_kv(v, groups))
+                if j == 0 and i < last:  # every index: the next layer's step-0 keys come from this output
+                    hidden = layer.finish(ttt_attention(q, keys[i], values[i], sees_every), residual)
+                    continue
+                if j == 0 and at is not every:
                     q = q.gather(2, at[:, None, :, None].expand(-1, q.shape[1], -1, q.shape[-1]))
                     residual = residual.gather(1, at[..., None].expand(-1, -1, residual.shape[-1]))
-            elif self.parallel:
-                q, k, v, residual = self.project(*self.mask_inputs(at), at + j)
-            else:
-                q, k, v, residual = self.project(ahead.gather(1, at), hidden, at + j)
-            keys.append(repeat_kv(k, groups))
-            values.append(repeat_kv(v, groups))
-            hidden = self.finish(ttt_attention(q, keys, values, sees), residual)
+                hidden = layer.finish(ttt_attention(q, keys[i], values[i], sees), residual)
+            hidden = self.output(hidden)
             outputs.append(hidden)
         return outputs
 
@@ -408,7 +432,7 @@ def _layer_config(target, config: Config, draft_vocab_size: int) -> LlamaConfig:
     rope = rope.get("full_attention", rope)  # models with per-layer-type rope settings
     return LlamaConfig(
         hidden_size=target.hidden_size, intermediate_size=config.intermediate_size or tc.intermediate_size,
-        num_hidden_layers=1, num_attention_heads=heads, head_dim=get("head_dim", target.hidden_size // heads),
+        num_hidden_layers=config.num_layers, num_attention_heads=heads, head_dim=get("head_dim", target.hidden_size // heads),
         num_key_value_heads=get("num_key_value_heads", heads), rms_norm_eps=get("rms_norm_eps", 1e-6),
         hidden_act=get("hidden_act", "silu"), rope_parameters=dict(rope),
         max_position_embeddings=tc.max_position_embeddings, vocab_size=target.vocab_size, tie_word_embeddings=False,

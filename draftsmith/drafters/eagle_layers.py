@@ -1,9 +1,10 @@
-"""The draft layer of the EAGLE drafter (`draftsmith.drafters.eagle`) and the two attentions it runs under.
+"""The draft layers of the EAGLE drafter (`draftsmith.drafters.eagle`) and the two attentions they run under.
 
-The layer projects its inputs (EAGLE-3: [norm(embed), norm(hidden)], 2H wide; EAGLE-1: fc(embed, feature)) and
-finishes with the output projection, residual and MLP; the attention between is the caller's: training-time test
-(`ttt_attention`: step 0's keys under a mask, each later step's own key as a diagonal) or a cached pass
-(`grouped_query_attention`, the decoder's steps and trees).
+A layer projects its inputs (the first layer of EAGLE-3: [norm(embed), norm(hidden)], 2H wide; EAGLE-1:
+fc(embed, feature); every later layer: norm(hidden), as a Llama decoder layer) and finishes with the output
+projection, residual and MLP; the attention between is the caller's: training-time test (`ttt_attention`: step 0's
+keys under a mask, each later step's own key as a diagonal) or a cached pass (`grouped_query_attention`, the
+decoder's steps and trees).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ if TYPE_CHECKING:
 
 
 class DraftLayer(nn.Module):
-    """The single decoder layer; the attention itself is the caller's (TTT or cached)."""
+    """A decoder layer; the attention itself is the caller's (TTT or cached). `first`: the layer that reads the
+    token's embedding beside the hidden (EAGLE-3); a later layer is a plain Llama decoder layer over the hidden."""
 
-    def __init__(self, layer_config: LlamaConfig, config: Config):
+    def __init__(self, layer_config: LlamaConfig, config: Config, first: bool = True):
         super().__init__()
         c, H, eps = layer_config, layer_config.hidden_size, layer_config.rms_norm_eps
-        self.eagle3, self.norm_before_residual = config.variant != "eagle1", config.norm_before_residual
+        self.eagle3, self.norm_before_residual = config.variant != "eagle1" and first, config.norm_before_residual
+        self.plain = not first  # input_layernorm over the hidden, the residual the raw hidden
         self.head_dim, self.kv_groups = c.head_dim, c.num_attention_heads // c.num_key_value_heads
         width = 2 * H if self.eagle3 else H
         q_width, kv_width = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
@@ -38,15 +41,19 @@ class DraftLayer(nn.Module):
             "q_proj": nn.Linear(width, q_width, bias=False), "k_proj": nn.Linear(width, kv_width, bias=False),
             "v_proj": nn.Linear(width, kv_width, bias=False), "o_proj": nn.Linear(q_width, H, bias=False)})
         self.mlp = LlamaMLP(layer_config)
-        if self.eagle3:
+        if self.eagle3 or self.plain:
             self.input_layernorm = LlamaRMSNorm(H, eps=eps)
+        if self.eagle3:
             self.hidden_norm = LlamaRMSNorm(H, eps=eps)
         self.post_attention_layernorm = LlamaRMSNorm(H, eps=eps)
 
     def project(self, embeds, hidden, cos, sin):
-        """(q, k, v [B, heads, n, d] with RoPE, not yet repeated for GQA; residual). EAGLE-1: hidden = fc(embed, f)."""
+        """(q, k, v [B, heads, n, d] with RoPE, not yet repeated for GQA; residual). EAGLE-1: hidden = fc(embed, f).
+        A later layer does not read `embeds`."""
         x = residual = hidden
-        if self.eagle3:
+        if self.plain:
+            x = self.input_layernorm(hidden)
+        elif self.eagle3:
             normed = self.hidden_norm(hidden)
             residual = normed if self.norm_before_residual else hidden
             x = torch.cat([self.input_layernorm(embeds), normed], dim=-1)

@@ -39,7 +39,7 @@ class EagleProposer(CutsDrafts):
 
     def reset(self) -> None:
         """Forget the previous request."""
-        self.past = None  # (keys, values) [1, kv_heads, R, d]: index t made from f_t and x_{t+1}
+        self.past = None  # per layer (keys, values) [1, kv_heads, R, d]: index t made from f_t and x_{t+1}
         self.cached = torch.zeros(0, dtype=torch.long)  # the tokens x_0..x_R those entries came from
 
     def describe(self) -> dict:
@@ -62,7 +62,7 @@ class EagleProposer(CutsDrafts):
         if length < 2:
             raise DraftsmithError("The EAGLE drafter needs two committed tokens (one target feature) to draft.")
         same = shared_prefix(self.cached, tokens)
-        keep = max(0, min(same - 1, length - 2, 0 if self.past is None else self.past[0].shape[2]))
+        keep = max(0, min(same - 1, length - 2, 0 if self.past is None else cached_length(self.past)))
         device = self.drafter.d2t.device
         features = {layer: state.features[layer][:, keep : length - 1].to(device) for layer in self.required_layers}
         ids = tokens[keep + 1 :][None].to(device)
@@ -76,11 +76,11 @@ class EagleProposer(CutsDrafts):
         if keep == 0:  # the whole prompt (a new request): causal attention without an [n, n] mask
             hidden, past = self.drafter.step(ids, hidden, positions, causal=True)
         else:
-            past = (self.past[0][:, :, :keep], self.past[1][:, :, :keep])
+            past = cropped(self.past, keep)
             mask = torch.ones(n, keep + n, dtype=torch.bool, device=device).tril(keep)
             hidden, past = self.drafter.step(ids, hidden, positions, past, mask)
         committed = length - 1
-        self.past = (past[0][:, :, :committed], past[1][:, :, :committed]) if ahead else past
+        self.past = cropped(past, committed) if ahead else past
         self.cached = tokens.clone()
         hidden = hidden[:, -1 - ahead:]
         return hidden, self.drafter.logits(hidden, self._head)[0].float(), length - 2
@@ -124,7 +124,7 @@ class EagleProposer(CutsDrafts):
         logits = logits[-1]
         slots, past = TreeSlots(), self.past
         hiddens = root_hidden  # slot s sits at s + 1; the root's output at 0
-        committed = self.past[0].shape[2]
+        committed = cached_length(self.past)
 
         def grow(node_ids, draft_tokens, parent_ids):
             nonlocal past, hiddens
@@ -178,3 +178,13 @@ class ParallelEagleProposer(EagleProposer):
         _, logits, _ = self._catch_up(state, ahead=max(depth, 1) - 1)
         tokens, parents, scores = per_position_tree(torch.log_softmax(logits, -1).cpu(), depth, top_k, total_tokens)
         return self.drafter.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores
+
+
+def cached_length(past) -> int:
+    """How many positions a drafter cache (one (keys, values) per layer) holds."""
+    return past[0][0].shape[2]
+
+
+def cropped(past, length: int):
+    """A drafter cache cut to its first `length` positions, in every layer."""
+    return tuple((keys[:, :, :length], values[:, :, :length]) for keys, values in past)

@@ -120,7 +120,7 @@ def validate_export(folder: str | Path, fmt: str | None = None, expected: Expect
     else:
         layer = _check_sglang_config(config, problems)
         ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    _check_layer_config(layer, problems)
+    _check_layer_config(found, layer, problems)
     _check_layer_ids(found, ids, expected, problems)
     _check_tensors(found, config, layer, tensors, expected, problems)
     if problems:
@@ -206,13 +206,17 @@ def _llama_keys() -> set[str]:
     return set(LlamaConfig().to_dict()) | {"rope_theta", "rope_scaling", "torch_dtype", "_name_or_path"}
 
 
-def _check_layer_config(layer: dict, problems: Problems) -> None:
+def _check_layer_config(fmt: str, layer: dict, problems: Problems) -> None:
     _check_unknown(layer, _llama_keys(), "the LlamaConfig", problems)
     for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
                 "rms_norm_eps", "hidden_act", "max_position_embeddings", "rope_theta"):
         problems.need(layer.get(key) is not None, f"the LlamaConfig has no '{key}'")
     problems.need(layer.get("model_type") == "llama", "the LlamaConfig's model_type must be 'llama'")
-    problems.need(layer.get("num_hidden_layers") == 1, "num_hidden_layers must be 1")
+    layers = layer.get("num_hidden_layers")
+    if fmt == "sglang":  # SGLang's LlamaForCausalLMEagle3 builds one `midlayer` whatever the config says
+        problems.need(layers == 1, "num_hidden_layers must be 1 (SGLang's EAGLE-3 model has one layer)")
+    else:
+        problems.need(isinstance(layers, int) and layers >= 1, f"num_hidden_layers must be a positive integer, got {layers!r}")
     for bias in ("attention_bias", "mlp_bias"):  # the drafter has no biases; engines would allocate random ones
         problems.need(not layer.get(bias), f"{bias} must be false")
     problems.need(layer.get("tie_word_embeddings") is False,
@@ -256,7 +260,19 @@ def _expected_shapes(fmt: str, config: dict, layer: dict) -> dict[str, tuple[int
     target_hidden = size(config, "target_hidden_size", hidden)
     vocab, draft_vocab = size(layer, "vocab_size"), size(config, "draft_vocab_size")
     p = "layers.0." if fmt == "speculators" else "midlayer."
+    later = {}  # speculators: plain Llama decoder layers after the first, over the hidden alone
+    for i in range(1, size(layer, "num_hidden_layers", 1) if fmt == "speculators" else 1):
+        later.update({f"layers.{i}.input_layernorm.weight": (hidden,),
+                      f"layers.{i}.self_attn.q_proj.weight": (heads * head_dim, hidden),
+                      f"layers.{i}.self_attn.k_proj.weight": (kv_heads * head_dim, hidden),
+                      f"layers.{i}.self_attn.v_proj.weight": (kv_heads * head_dim, hidden),
+                      f"layers.{i}.self_attn.o_proj.weight": (hidden, heads * head_dim),
+                      f"layers.{i}.post_attention_layernorm.weight": (hidden,),
+                      f"layers.{i}.mlp.gate_proj.weight": (inter, hidden),
+                      f"layers.{i}.mlp.up_proj.weight": (inter, hidden),
+                      f"layers.{i}.mlp.down_proj.weight": (hidden, inter)})
     return {
+        **later,
         "fc.weight": (hidden, 3 * target_hidden),
         f"{p}input_layernorm.weight": (hidden,),
         f"{p}hidden_norm.weight": (hidden,),

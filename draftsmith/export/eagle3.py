@@ -94,6 +94,11 @@ class Eagle3Checkpoint:
         return bool(self.options.get("norm_before_residual", False))
 
     @property
+    def num_layers(self) -> int:
+        """Decoder layers: the EAGLE-3 first layer and plain Llama layers after it."""
+        return int(self.options.get("num_layers", 1))
+
+    @property
     def parallel(self) -> bool:
         """P-EAGLE: every draft position from one forward (the speculators `peagle` layout)."""
         return self.options.get("variant") == "peagle"
@@ -108,7 +113,7 @@ class Eagle3Checkpoint:
         from transformers import LlamaConfig
 
         fields = {k: v for k, v in self.layer.items() if k not in DRAFTSMITH_LAYER_KEYS}
-        fields.update(num_hidden_layers=1, tie_word_embeddings=False, architectures=["LlamaForCausalLM"])
+        fields.update(num_hidden_layers=self.num_layers, tie_word_embeddings=False, architectures=["LlamaForCausalLM"])
         config = LlamaConfig(**fields).to_dict()
         for key in (*NOISE_KEYS, *DRAFTSMITH_LAYER_KEYS):
             config.pop(key, None)
@@ -218,6 +223,10 @@ def sglang_config(ckpt: Eagle3Checkpoint, speculative_tokens: int) -> dict:
             "This drafter was trained as EAGLE 3.1 (drafter.fc_norm / norm_output), which SGLang's EAGLE-3 layer "
             "does not compute (it would load without the norms and draft something else). Export it with "
             "--format speculators.")
+    if ckpt.num_layers != 1:
+        raise DraftsmithError(
+            f"This drafter has {ckpt.num_layers} decoder layers; SGLang's EAGLE-3 model builds one (`midlayer`) and "
+            "would load only the first, drafting something else. Export it with --format speculators.")
     if ckpt.target_layers[0] != SGLANG_FIRST_LAYER:
         raise DraftsmithError(
             f"This drafter reads target layers {ckpt.target_layers}. SGLang versions before and after "
@@ -290,7 +299,8 @@ def to_checkpoint(folder: str | Path) -> tuple[str, dict, dict[str, torch.Tensor
 def from_format(config: dict, tensors: dict[str, torch.Tensor]) -> tuple[str, dict, dict[str, torch.Tensor]]:
     """A speculators or SGLang EAGLE-3 config.json and its tensors -> (format, eagle drafter meta, tensors in our
     names). Public checkpoints of either layout read the same way, as far as they compute what our drafter does:
-    one Llama-style layer and none of `UNSUPPORTED_OPTIONS`; anything else is refused, naming it.
+    Llama-style layers (several only in the speculators layout) and none of `UNSUPPORTED_OPTIONS`; anything else is
+    refused, naming it.
 
     The meta lacks `target_num_layers` (engines take it from the target); `draftsmith.export.readers` fills it in.
     """
@@ -305,9 +315,11 @@ def from_format(config: dict, tensors: dict[str, torch.Tensor]) -> tuple[str, di
         verifier = {}
         tensors = {name.replace("midlayer.", "layers.0.", 1): t for name, t in tensors.items()}
     refused = [f"{key} ({what})" for key, what in UNSUPPORTED_OPTIONS.items() if config.get(key)]
-    if layer.get("model_type", "llama") != "llama" or layer.get("num_hidden_layers", 1) != 1:
-        refused.append(f"{layer.get('num_hidden_layers', 1)} {layer.get('model_type')} draft layer(s) (ours: one "
-                       "Llama-style layer, no q/k norms)")
+    layers = layer.get("num_hidden_layers", 1)
+    if layer.get("model_type", "llama") != "llama" or not isinstance(layers, int) or layers < 1 \
+            or (fmt == "sglang" and layers != 1):
+        refused.append(f"{layers} {layer.get('model_type')} draft layer(s) (ours: Llama-style layers, no q/k norms; "
+                       "SGLang's layout: one)")
     if layer.get("attention_bias") or layer.get("mlp_bias"):
         refused.append("attention or MLP biases")
     if not isinstance(ids, list) or not ids:
@@ -326,6 +338,7 @@ def from_format(config: dict, tensors: dict[str, torch.Tensor]) -> tuple[str, di
     meta = {
         "draftsmith_kind": "eagle",
         "config": {"variant": "peagle" if parallel else "eagle3", "layers": from_format_layer_ids(fmt, ids),
+                   "num_layers": layers,
                    "norm_before_residual": bool(config.get("norm_before_residual", False)),
                    **{key: bool(config.get(key, False)) for key in EAGLE31_OPTIONS},
                    **({"mask_token_id": config["mask_token_id"], "ttt_steps": _speculative_tokens(config)}
@@ -478,6 +491,7 @@ class CardFacts(card.SharedFacts):
     speculative_tokens: int
     embedding_included: bool = False
     parallel: bool = False
+    layers: int = 1
 
 
 def card_facts(ckpt: Eagle3Checkpoint, fmt: str, model_ref: str, speculative_tokens: int, license: str | None):
@@ -489,7 +503,7 @@ def card_facts(ckpt: Eagle3Checkpoint, fmt: str, model_ref: str, speculative_tok
         draft_vocab_size=ckpt.draft_vocab_size, target_vocab_size=ckpt.target_vocab_size,
         hidden_size=int(ckpt.layer["hidden_size"]),
         parameters=sum(t.numel() for n, t in drafter_tensors(ckpt).items() if n not in ("d2t", "t2d")),
-        speculative_tokens=speculative_tokens, parallel=ckpt.parallel,
+        speculative_tokens=speculative_tokens, parallel=ckpt.parallel, layers=ckpt.num_layers,
         license=license or dict(HUB_IDS.values()).get(name),
         training=card.find_training_info(ckpt.folder),
     )
@@ -527,8 +541,9 @@ def render_card(facts: CardFacts) -> str:
     about = [
         f"# {'P-EAGLE' if facts.parallel else 'EAGLE-3'} drafter for {facts.verifier}", "",
         f"A speculative-decoding drafter trained with draftsmith for `{facts.verifier}`: "
-        "one decoder layer reads the target's hidden states from three layers plus the last token and drafts the "
-        "next tokens, which the target verifies in one pass. Output is identical to the target's own decoding; "
+        f"{'one decoder layer reads' if facts.layers == 1 else f'{facts.layers} decoder layers read'} the target's "
+        "hidden states from three layers plus the last token and draft the next tokens, which the target verifies "
+        "in one pass. Output is identical to the target's own decoding; "
         "only the speed changes.", "",
         *(["P-EAGLE (parallel drafting): the positions after the first read a mask token and a learned mask hidden "
            "instead of the tokens drafted before them, so one drafter forward drafts all "
