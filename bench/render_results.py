@@ -398,12 +398,15 @@ def dflash_peer(result: dict) -> list[str]:
 
 
 def hybrid(result: dict) -> list[str]:
-    """Suffix alone, the drafter alone and their hybrid against one plain loop, overall and per category."""
-    methods = ("suffix", "drafter", "hybrid")
+    """Suffix alone, the drafter alone and their hybrid (and, where the run had it, the hybrid without extended
+    passes) against one plain loop, overall and per category."""
+    overall = result.get("methods", {})
+    methods = ("suffix", "drafter", "hybrid", *(["hybrid-no-extension"] if "hybrid-no-extension" in overall else []))
     lines = [f"`{result.get('drafter')}` on {result.get('num_prompts')} prompts of {result.get('prompts')}, "
              f"{result.get('max_new_tokens')} new tokens, greedy: suffix chains up to {result.get('suffix_length')}, "
-             f"drafter chains of {result.get('draft_length')}, the hybrid both in one tree per pass.", ""]
-    overall = result.get("methods", {})
+             f"drafter chains of {result.get('draft_length')}, the hybrid both in one tree per pass"
+             + (" (hybrid-no-extension: never a drafter chain continued by the suffix index)."
+                if "hybrid-no-extension" in overall else "."), ""]
     rows = [[name, fmt(overall.get(name, {}).get("acceptance_length")),
              fmt(overall.get(name, {}).get("speedup_vs_plain"), 2, "×"),
              pct(overall.get(name, {}).get("draft_time_fraction")),

@@ -225,6 +225,93 @@ def test_a_short_drafter_chain_beside_the_whole_length_of_suffix_candidates():
         HybridProposer(SuffixProposer(), spy, drafter_length=0)
 
 
+class FixedChain:
+    """A drafter that always drafts the same chain (cut to the length asked), with a q when sampling."""
+
+    required_layers: list[int] = []
+
+    def __init__(self, chain: list[int], vocab: int = 64):
+        self.chain, self.vocab = chain, vocab
+
+    def reset(self) -> None:
+        pass
+
+    def describe(self) -> dict:
+        return {"kind": "fixed"}
+
+    def propose(self, state, shape, sampling):
+        tokens = torch.tensor(self.chain[: shape.length])
+        probs = None if sampling.greedy else torch.nn.functional.one_hot(tokens, self.vocab).float()
+        return Draft(tokens, probs=probs)
+
+
+def test_a_drafter_chain_goes_on_with_the_suffix_continuation_of_the_context_it_makes_where_that_pays():
+    """No suffix match at the last committed token (12 is new), but once the drafter's 2 3 are in, "2 3" recurs:
+    the pass is 2 3 and what followed them, as long as the measured curve says it pays; steep costs, sampling or
+    extend=False leave the drafter's chain as it is. The tail's acceptance is read off the committed tokens."""
+    from draftsmith.drafters import DecodeState
+
+    tokens = [1, 2, 3, 4, 5, 6, 10, 11, 12]
+    state = DecodeState(torch.tensor([tokens]))
+    flat = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 20)}
+    hybrid = HybridProposer(SuffixProposer(), FixedChain([2, 3]), verify_cost=flat, drafter_length=2, timed=False)
+    hybrid.by_depth = [[99, 100], [0, 100]]  # earlier requests: its first token nearly always right, its second never
+    draft = hybrid.propose(state, DraftShape(6), Sampling())
+    # the drafter's chain of 1 (2), then what followed 2 before, each tail token 0.75 of its parent's chance (the
+    # suffix's optimistic start): a fifth tail token adds 0.23 tokens for a tenth of a pass, less than the pass's
+    # mean (2.7 per pass)
+    assert draft.tokens.tolist() == [2, 3, 4, 5, 6] and draft.parents is None and draft.probs is None
+    assert hybrid.passes == {"extended": 1}
+    # the target took 2 3 4 and then not 5: two of the tail's four tokens
+    hybrid.propose(DecodeState(torch.tensor([tokens + [2, 3, 4, 9]])), DraftShape(6), Sampling())
+    assert hybrid.describe()["extension_acceptance"] == 0.5 and hybrid.describe()["extends"]
+    assert hybrid.by_depth[0] == [100, 101]  # the drafter's own chain is judged as before
+    steep = {n: 1.0 + 0.7 * (n - 1) for n in range(1, 20)}  # a drafted token costs 0.7 of a pass: a 0.72 one does not pay
+    for options, sampling, cost in (({}, Sampling(), steep), ({}, Sampling(1.0), flat), ({"extend": False}, Sampling(), flat)):
+        other = HybridProposer(SuffixProposer(), FixedChain([2, 3]), verify_cost=cost, drafter_length=2, timed=False,
+                               **options)
+        other.by_depth = [[99, 100], [99, 100]]  # a drafter that is nearly always right: its chain is drafted
+        draft = other.propose(state, DraftShape(6), sampling)
+        assert draft.tokens.tolist() == [2, 3] and other.passes == {"drafter": 1}, (options, sampling)
+        assert (draft.probs is None) == sampling.greedy  # its own q goes with it when it sampled
+
+
+class Oracle:
+    """A drafter that drafts the target's own greedy continuation (known beforehand)."""
+
+    required_layers: list[int] = []
+
+    def __init__(self, plain: list[int]):
+        self.plain = plain
+
+    def reset(self) -> None:
+        pass
+
+    def describe(self) -> dict:
+        return {"kind": "oracle"}
+
+    def propose(self, state, shape, sampling):
+        at = state.tokens.shape[1]
+        return Draft(torch.tensor(self.plain[at : at + shape.length] or [0]))
+
+
+def test_extended_passes_decode_what_plain_decoding_does():
+    """On a tiny target that repeats itself, with a drafter that is right one token ahead: extended passes happen,
+    the output is plain's and some of the tails the suffix index adds are accepted."""
+    target = frozen(tiny_target("llama"))
+    with torch.no_grad():
+        target.model.get_output_embeddings().weight.mul_(30)
+    prompt = torch.tensor([[257, 40, 41, 42, 43, 40, 41, 42, 44, 40, 41]])
+    plain = plain_generate(target, prompt, Sampling(), 60, eos=set()).tokens
+    cost = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 24)}
+    hybrid = HybridProposer(SuffixProposer(), Oracle(prompt[0].tolist() + plain), verify_cost=cost,
+                            drafter_length=1, timed=False)
+    result = speculative_generate(target, hybrid, prompt, DraftShape(6), Sampling(), 60, eos=set())
+    assert result.tokens == plain
+    assert hybrid.passes["extended"] > 0, hybrid.passes
+    assert hybrid.extension_counts[0] > 0  # some tail tokens were the target's
+
+
 # --------------------------------------------------------------------------- sampling: lossless with mixed trees
 def random_eagle(target):
     drafter = eagle.create(eagle.Config(layers=[0, 1, 2]), target)
