@@ -10,11 +10,8 @@ our plain loop; suffix matching alone (chains of up to --suffix-length, each cut
 verify cost); the drafter alone (chains of --draft-length, with the running-acceptance fallback that
 `draftsmith eval` gives EAGLE and MTP chains); and the hybrid (suffix candidates of up to --suffix-length merged with
 the drafter's chain of up to --draft-length in one tree per verify pass, the drafter skipped where a confident match
-makes it not worth its draft time, and each pass's chain length and suffix nodes those that pay for their cost,
-and where the drafter's chain goes out alone, its first tokens continued by the suffix index where that pays: the
-extended passes); and the same hybrid without extended passes, so the run measures what they add. As in
-`draftsmith eval`, the target's linear layers get W·xᵀ for few-row inputs where that is measured faster, for every
-method.
+makes it not worth its draft time, and each pass's chain length and suffix nodes those that pay for their cost). As in `draftsmith eval`, the target's linear layers get W·xᵀ for few-row inputs where
+that is measured faster, for every method.
 
 Printed and recorded under results/hybrid/ (HumanEval) or results/hybrid_by_category/ (any other prompt set): τ,
 speedup over plain and the draft-time share of each method, overall and per category; the hybrid's passes by kind;
@@ -75,11 +72,7 @@ def main() -> None:
         "hybrid": (load_drafter(f"hybrid:{args.drafter}", target, suffix_config=SuffixConfig(),
                                 draft_budget=args.suffix_length, draft_length=args.draft_length,
                                 hybrid_drafter_length=args.draft_length), DraftShape(args.suffix_length)),
-        "hybrid-no-extension": (load_drafter(f"hybrid:{args.drafter}", target, suffix_config=SuffixConfig(),
-                                             draft_budget=args.suffix_length, draft_length=args.draft_length,
-                                             hybrid_drafter_length=args.draft_length), DraftShape(args.suffix_length)),
     }
-    proposers["hybrid-no-extension"][0].extend = False
     runs = decode_interleaved(beside_plain(target, proposers, rows, args.max_new_tokens), prompts)
 
     overall = method_rows(runs, "plain", "plain")
@@ -109,8 +102,7 @@ def main() -> None:
     records.write("hybrid" if args.prompts == "humaneval" else "hybrid_by_category", {
         "drafter": args.drafter, "prompts": args.prompts, "num_prompts": len(prompts),
         "max_new_tokens": args.max_new_tokens, "draft_length": args.draft_length, "suffix_length": args.suffix_length,
-        "methods": overall, "per_category": by_category, "hybrid": hybrid_proposer.describe(),
-        "hybrid_no_extension": proposers["hybrid-no-extension"][0].describe(), "checks": checks,
+        "methods": overall, "per_category": by_category, "hybrid": hybrid_proposer.describe(), "checks": checks,
         "small_batch": tuned}, args)  # the few-row routing differs run to run on a noisy CPU: it moves every figure
 
 

@@ -398,15 +398,12 @@ def dflash_peer(result: dict) -> list[str]:
 
 
 def hybrid(result: dict) -> list[str]:
-    """Suffix alone, the drafter alone and their hybrid (and, where the run had it, the hybrid without extended
-    passes) against one plain loop, overall and per category."""
-    overall = result.get("methods", {})
-    methods = ("suffix", "drafter", "hybrid", *(["hybrid-no-extension"] if "hybrid-no-extension" in overall else []))
+    """Suffix alone, the drafter alone and their hybrid against one plain loop, overall and per category."""
+    methods = ("suffix", "drafter", "hybrid")
     lines = [f"`{result.get('drafter')}` on {result.get('num_prompts')} prompts of {result.get('prompts')}, "
              f"{result.get('max_new_tokens')} new tokens, greedy: suffix chains up to {result.get('suffix_length')}, "
-             f"drafter chains of {result.get('draft_length')}, the hybrid both in one tree per pass"
-             + (" (hybrid-no-extension: never a drafter chain continued by the suffix index)."
-                if "hybrid-no-extension" in overall else "."), ""]
+             f"drafter chains of {result.get('draft_length')}, the hybrid both in one tree per pass.", ""]
+    overall = result.get("methods", {})
     rows = [[name, fmt(overall.get(name, {}).get("acceptance_length")),
              fmt(overall.get(name, {}).get("speedup_vs_plain"), 2, "×"),
              pct(overall.get(name, {}).get("draft_time_fraction")),

@@ -57,38 +57,6 @@ def test_index_finds_what_a_full_scan_finds(max_match, min_match, vocab):
     assert proposer.live.length == proposer.live.tokens.size <= 80 + 4
 
 
-def test_the_chain_after_drafted_tokens_is_what_a_full_scan_of_the_committed_text_finds():
-    """chain_after(tokens, after): the suffix of tokens + after is searched for in the committed text and the cache
-    only (the drafted `after` is never indexed), and the chain is the trie's most frequent path over what followed;
-    the live store and the acceptance counts are left as they were."""
-    generator = torch.Generator().manual_seed(5)
-    documents = [torch.randint(0, 3, (20,), generator=generator).tolist() for _ in range(2)]
-    proposer = SuffixProposer(Config(max_match=5, max_occurrences=9, cache_tokens=500))
-    for document in documents:
-        proposer.cache.add(document)
-    tokens = torch.randint(0, 3, (40,), generator=generator)
-    proposer.match(tokens, 3)
-    known, counts = proposer.live.length, dict(proposer.counts)
-    for after in ([0], [1, 2], [2, 2, 0]):
-        context = tokens.tolist() + after
-        found = []  # a full scan: every start in the committed text, then in each document, newest first
-        for source in [tokens.tolist()] + list(reversed(documents)):
-            for p in range(len(source) - 1, 0, -1):
-                length = 0
-                while length < min(5, p) and source[p - length - 1] == context[len(context) - length - 1]:
-                    length += 1
-                if length:
-                    found.append((length, source[p : p + 4]))
-        longest = max(length for length, _ in found)
-        trie = Trie([row for length, row in found if length == longest][:9])
-        chain = proposer.chain_after(tokens, after, 4)
-        assert chain.tokens == [trie.tokens[n] for n in trie.best_path(4)]
-        assert chain.parents == list(range(-1, len(chain.tokens) - 1))
-        assert chain.scores == sorted(chain.scores, reverse=True) and 0 < chain.scores[0] <= 0.75
-        assert proposer.live.length == known and proposer.counts == counts
-    assert proposer.chain_after(tokens, [7], 4).tokens == []  # a token never seen: nothing to continue
-
-
 def test_trie_counts_every_prefix():
     generator = torch.Generator().manual_seed(1)
     rows = [torch.randint(0, 3, (int(torch.randint(1, 5, (1,), generator=generator)),), generator=generator).tolist()

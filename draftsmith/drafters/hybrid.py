@@ -26,18 +26,6 @@ target's measured verify-cost curve, in seconds (`calibrate`, then timed passes:
 been skipped PROBE_EVERY passes in a row runs it once more, so its estimate can recover. Only past passes feed
 these, never this pass's target output. Without a curve the drafter always runs, beside every suffix node.
 
-Extended passes (greedy chains). Where the drafter's chain goes out alone, its first j tokens make a context the
-suffix index may know well (a name or a line that recurs once the next token is in), so the hybrid also weighs the
-drafter's first j tokens followed by the suffix continuation of that context (`SuffixProposer.chain_after`), at
-every j and continuation length m:
-
-    extended:                     (1 + sum_{i<=j} a_1..a_i + (a_1..a_j) * E_c(m)) / (t(j + m + 1) + draft seconds)
-
-E_c(m) the sum of the continuation's first m scores (each the chance the suffix path is accepted once the drafter's
-j tokens are), and sends it where it beats the drafter's chain alone. Under sampling the drafter's chain goes out
-as it is: the extension is picked from the drafter's sampled tokens, and sending a one-hot form for some of those
-and the drafter's q for the others would bias the q-ratio test (below).
-
 What a pass costs is measured twice. `calibrate` times bare target passes before decoding; then, as the hybrid decodes,
 each pass of n tokens is timed from the moment its draft is handed to the decoder to the next call for a draft
 (verify, acceptance, the cache and the captured features: what the pass really costs in this decoder), and t(n) is
@@ -162,16 +150,13 @@ class HybridProposer:
     `drafter_length`: for chain shapes, the drafter's chains are at most this long while the suffix candidates take
     the whole draft length (a suffix match often runs on for many tokens where a drafter's acceptance falls with
     depth); None = the draft length for both. `timed`: passes timed while decoding refine the curve (`cost`); off,
-    the plan reads `verify_cost` as given (any unit). `extend`: greedy drafter-only passes may continue the
-    drafter's first tokens with the suffix continuation they make (the module docstring's extended passes)."""
+    the plan reads `verify_cost` as given (any unit)."""
 
     def __init__(self, suffix: SuffixProposer, drafter: Proposer, verify_cost: dict[int, float] | None = None,
-                 drafter_length: int | None = None, timed: bool = True, extend: bool = True):
+                 drafter_length: int | None = None, timed: bool = True):
         if drafter_length is not None and drafter_length < 1:
             raise ValueError(f"drafter_length must be at least 1, got {drafter_length}.")
         self.suffix, self.drafter, self.drafter_length, self.timed = suffix, drafter, drafter_length, timed
-        self.extend = extend
-        self.extension_counts = [0, 0]  # suffix tokens after an accepted drafter prefix: [accepted, offered]
         self.required_layers = list(drafter.required_layers)
         self.verifier = getattr(drafter, "verifier", None)  # Medusa-2: its tuned target verifies
         self.verify_cost = verify_cost
@@ -194,8 +179,6 @@ class HybridProposer:
         self.request_by_depth: list[list[int]] = []  # this request's drafts: per depth [accepted, offered]
         self.skipped = 0  # passes in a row this request has skipped the drafter
         self.sent: tuple[int, float] | None = None  # (tokens in the pass, when its draft was handed over)
-        self.through: list[float] = []  # this pass's chances that the drafter's chain is accepted through each depth
-        self.extension_pending: tuple[int, list[int], list[int]] | None = None
 
     def calibrate(self, target, longest: int) -> dict[int, float]:
         """Measure the verify cost of a pass with both sources at full size (longest + 1 + the drafter's
@@ -216,9 +199,7 @@ class HybridProposer:
         rates = [round(self._overall_rate(depth), 3) for depth in range(len(self.by_depth))]
         return {"kind": "hybrid", "suffix": self.suffix.describe(), "drafter": self.drafter.describe(),
                 "drafter_length": self.drafter_length,
-                "passes": dict(self.passes), "drafter_acceptance_by_depth": rates, "extends": self.extend,
-                "extension_acceptance": (round(self.extension_counts[0] / self.extension_counts[1], 3)
-                                         if self.extension_counts[1] else None),
+                "passes": dict(self.passes), "drafter_acceptance_by_depth": rates,
                 "drafter_ms_median": round(1e3 * median(self.draft_seconds), 3) if self.draft_seconds else None,
                 "skips_drafter": self.verify_cost is not None,
                 "pass_ms_calibrated": {n: round(1e3 * seconds, 3)
@@ -273,38 +254,10 @@ class HybridProposer:
         if len(draft):
             self.pending = (len(committed), draft.tokens.tolist(), _parents_of(draft))
         if not found.tokens:  # the drafter's own draft, with its q when it sampled
-            extended = self._extend(state, draft, shape, sampling, cost)
-            self.passes["drafter" if extended is draft else "extended"] += 1
-            return extended
+            self.passes["drafter"] += 1
+            return draft
         self.passes["merged"] += 1
         return merge(found, draft)
-
-    def _extend(self, state: DecodeState, draft: Draft, shape: DraftShape, sampling: Sampling,
-                cost: dict[int, float] | None) -> Draft:
-        """The drafter's chain, or its first j tokens followed by the suffix continuation of the context they make,
-        whichever pays most by expected tokens per second (the module docstring's `extended` pass); greedy chains
-        only. The draft seconds are spent either way, so they only scale the comparison."""
-        if (not self.extend or not sampling.greedy or shape.tree is not None or draft.parents is not None
-                or not len(draft) or cost is None):
-            return draft
-        drafted, through = draft.tokens.tolist(), self.through
-        seconds = self.draft_seconds[-1] if self.draft_seconds else 0.0
-        n = min(len(drafted), len(through))
-        best, best_value = None, (1 + sum(through[:n])) / (pass_cost(cost, len(drafted) + 1) + seconds)
-        committed = state.tokens[0].cpu()
-        for j in range(1, n + 1):
-            chain = self.suffix.chain_after(committed, drafted[:j], shape.length - j)
-            expected = 1 + sum(through[:j])
-            for m, score in enumerate(chain.scores, start=1):
-                expected += through[j - 1] * score
-                value = expected / (pass_cost(cost, j + m + 1) + seconds)
-                if value > best_value:
-                    best, best_value = (j, chain.tokens[:m]), value
-        if best is None:
-            return draft
-        j, tail = best
-        self.extension_pending = (state.tokens.shape[1], drafted[:j], tail)
-        return Draft(torch.tensor(drafted[:j] + tail, dtype=torch.long))
 
     def drafter_shape(self, shape: DraftShape) -> DraftShape:
         """The shape the drafter drafts: chains cut to `drafter_length`, trees as they are."""
@@ -325,7 +278,6 @@ class HybridProposer:
             accepted, offered = self.request_by_depth[depth] if depth < len(self.request_by_depth) else (0, 0)
             accept *= (accepted + PRIOR * self._overall_rate(depth)) / (offered + PRIOR)
             through.append(accept)
-        self.through = through
         if shape.tree is None:
             shapes = [DraftShape(length) for length in range(1, reach + 1)]
             drafts = [(sum(through[:length]), length, self._chain_seconds(length)) for length in range(1, reach + 1)]
@@ -352,13 +304,6 @@ class HybridProposer:
     def _learn(self, committed: list[int]) -> None:
         """Per-depth acceptance of the drafter's previous draft, read off the committed tokens; under greedy
         decoding exactly what the drafter alone would have had accepted."""
-        if self.extension_pending is not None:
-            at, prefix, tail = self.extension_pending
-            self.extension_pending = None
-            if committed[at : at + len(prefix)] == prefix:  # the tail was drafted for this context: score it
-                after = committed[at + len(prefix) : at + len(prefix) + len(tail)]
-                self.extension_counts[0] += next((i for i, (a, b) in enumerate(zip(tail, after)) if a != b), len(after))
-                self.extension_counts[1] += len(tail)
         if self.pending is None:
             return
         at, tokens, parents = self.pending

@@ -362,22 +362,11 @@ class SuffixProposer:
         """Index the committed `tokens` [T]; (length of the longest recurring suffix, up to `depth` tokens that
         followed each of its occurrences, most recent first: the current request's before the cache's), or None
         where the longest is shorter than min_match."""
-        context = self._index(tokens)
-        return self._search(context, depth, touch=True)
-
-    def _index(self, tokens: torch.Tensor) -> np.ndarray:
-        """The committed `tokens` [T] as an array, the live store brought up to them (rebuilt where they are not
-        its continuation: another sequence without reset())."""
         context = tokens.numpy().astype(np.int64, copy=False)
         known = self.live.length
         if context.size < known or not np.array_equal(context[:known], self.live.tokens):
-            self.live, known = TokenStore(), 0
+            self.live, known = TokenStore(), 0  # another sequence without reset(): start over
         self.live.extend(context[known:])
-        return context
-
-    def _search(self, context: np.ndarray, depth: int, touch: bool) -> tuple[int, list[list[int]]] | None:
-        """`match` for any context whose committed part the live store holds (tokens after it are searched for,
-        not stored); `touch`: mark the cache's documents drafted from as used."""
         found = [(self.live, *self.live.matches(context, self.config.max_match))]
         if self.cache is not None:
             found.append((self.cache.store, *self.cache.store.matches(context, self.config.max_match)))
@@ -388,32 +377,9 @@ class SuffixProposer:
         for store, starts, lengths in found:  # the current request first: the most recent text
             newest = np.sort(starts[lengths == longest])[::-1][: self.config.max_occurrences - len(rows)].tolist()
             rows += [store.continuation(start, depth) for start in newest]
-            if touch and store is not self.live:
+            if store is not self.live:
                 self.cache.touch(newest)  # drafted from: recently used
         return longest, rows
-
-    def chain_after(self, tokens: torch.Tensor, after: list[int], depth: int) -> Candidates:
-        """The chain this proposer would draft, at most `depth` tokens, if `after` were committed after `tokens`
-        [T], scored as its own drafts are (the chance the target accepts the path, given `after` is accepted), not
-        cut by verify cost: for a caller that puts it after drafted tokens (the hybrid, behind a drafter's chain).
-        Nothing is learned or indexed from `after`; `tokens` are indexed as `match` does."""
-        context = self._index(tokens)
-        found = self._search(np.concatenate([context, np.asarray(after, dtype=np.int64)]), depth, touch=False)
-        if found is None or depth < 1:
-            return Candidates([], [], [])
-        length, continuations = found
-        rate = self._rate((_match_class(length), self.last_full))
-        if self.config.choose == "recent":  # prompt lookup's rule, as in `candidates`: one occurrence followed
-            continuations = [max(continuations, key=lambda row: min(len(row), depth))]
-        trie = Trie(continuations)
-        kept = trie.best_path(depth)
-        return Candidates([trie.tokens[n] for n in kept], list(range(-1, len(kept) - 1)),
-                          [trie.score(n, rate) for n in kept])
-
-    def _rate(self, key: tuple[int, bool]) -> float:
-        """Learned per-token acceptance of drafts from matches of this class, from an optimistic 3 of 4."""
-        hits, expected = self.counts.get(key, (0.0, 0.0))
-        return min(1.0, (hits + 3) / (expected + 4))
 
     def candidates(self, state: DecodeState, shape: DraftShape) -> Candidates:
         """This pass's scored nodes: a chain for chain shapes, else a tree; cut to what pays for its verify cost."""
@@ -426,7 +392,8 @@ class SuffixProposer:
             return Candidates([], [], [])
         length, continuations = found
         key = (_match_class(length), self.last_full)
-        rate = self._rate(key)
+        hits, expected = self.counts.get(key, (0.0, 0.0))
+        rate = min(1.0, (hits + 3) / (expected + 4))  # an optimistic start: 3 of 4
         if shape.tree is None and self.config.choose == "recent":  # prompt lookup's rule: one occurrence is
             # followed (the newest with the longest continuation), so no frequencies; lengths up to the full k
             trie = Trie([max(continuations, key=lambda row: min(len(row), depth))])
