@@ -3,8 +3,9 @@
     .venv/bin/python bench/eagle3_smollm2.py --minutes 60 --num-prompts 40 --vocab-sizes 4096 8192 16384
 
 For each draft-vocabulary size: train the default recipe (recipes/smollm2-135m/eagle3.yaml) for
-about --minutes of wall time (steps = budget / seconds per step measured on a 16-step probe, and
-train.max_minutes stops it at the budget should the machine slow down; an offline
+--minutes of wall time (train.max_minutes ends it; the step count a 16-step probe measures for the budget
+sets the validation interval and, three times over, only a ceiling, so a probe that other load slowed cannot end
+training early); an offline
 recipe first captures the features once into OUT/features, and that capture is charged to every
 drafter's budget), evaluating on the held-out split 5 times (best/ is kept by the implied τ, as the
 recipe says), then decode the same HumanEval prompts at T=0, interleaved prompt by prompt, with: our plain
@@ -132,7 +133,7 @@ def probe_and_train():
     for size, vocab_dir in vocabs.items():
         began = time.perf_counter()
         every = f"{max(steps // 5, 1)}"
-        run = train(train_config(f"eagle3-v{size}", f"train.max_steps={steps}", f"data.draft_vocab={vocab_dir}",
+        run = train(train_config(f"eagle3-v{size}", f"train.max_steps={3 * steps}", f"data.draft_vocab={vocab_dir}",
                                  f"train.eval_every={every}", f"train.checkpoint_every={every}",
                                  f"train.max_minutes={args.minutes - capture_minutes:.3f}"), target)
         drafters[size] = {"folder": out / f"eagle3-v{size}" / "best", "train_minutes": (time.perf_counter() - began) / 60,
