@@ -17,11 +17,14 @@ PROMPT = torch.tensor([[257, 10, 20, 30, 40, 10, 20, 30, 50, 60, 70, 10, 20]])
 
 
 needs_mkl = pytest.mark.skipif(not torch._C.has_mkl, reason="torch built without MKL")
+needs_onednn = pytest.mark.skipif(not small_batch.can_onednn(torch.nn.Linear(2, 2)), reason="torch without oneDNN")
 FORMS = {"narrow": lambda layer, x: small_batch.narrow_linear(layer.weight, layer.bias, x),
-         "packed": lambda layer, x: small_batch.packed_linear(layer.weight, small_batch.pack(layer.weight), layer.bias, x)}
+         "packed": lambda layer, x: small_batch.packed_linear(layer.weight, small_batch.pack(layer.weight), layer.bias, x),
+         "onednn": lambda layer, x: small_batch.onednn_linear(small_batch.onednn_pack(layer.weight), layer.bias, x)}
 
 
-@pytest.mark.parametrize("form", ["narrow", pytest.param("packed", marks=needs_mkl)])
+@pytest.mark.parametrize("form", ["narrow", pytest.param("packed", marks=needs_mkl),
+                                  pytest.param("onednn", marks=needs_onednn)])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 9])
 @pytest.mark.parametrize("bias", [True, False])
 def test_each_form_matches_torch(form, rows, bias):
@@ -50,6 +53,30 @@ def test_packed_rows_decode_the_same_tokens_and_a_form_that_disagrees_is_never_c
     monkeypatch.setattr(small_batch, "packed_linear", lambda w, p, b, x: torch.zeros(*x.shape[:-1], w.shape[0]))
     monkeypatch.setattr(small_batch, "MARGIN", 100.0)  # any form counts as faster: only agreement can refuse it
     assert set(small_batch.tune(tiny_llama.model, max_rows=3, repeats=1)["rows"].values()) == {"narrow"}
+
+
+@needs_onednn
+def test_onednn_rows_decode_the_same_tokens_and_a_form_that_disagrees_is_never_chosen(tiny_llama, monkeypatch):
+    greedy = Sampling()
+    before = plain_generate(tiny_llama, PROMPT, greedy, 24, eos=set()).tokens
+    calls = []
+    real = small_batch.onednn_linear
+    monkeypatch.setattr(small_batch, "onednn_linear", lambda p, b, x: calls.append(x.shape[-2]) or real(p, b, x))
+    small_batch.install(tiny_llama.model, {n: "onednn" if n % 2 else "narrow" for n in range(1, 9)})
+    try:
+        assert all(layer.onednn_weight is not None and layer.packed_weight is None
+                   for layer in small_batch.linears(tiny_llama.model))
+        plain = plain_generate(tiny_llama, PROMPT, greedy, 24, eos=set()).tokens
+        speculative = speculative_generate(tiny_llama, PromptLookup(Config()), PROMPT, DraftShape(4), greedy, 24,
+                                           eos=set()).tokens
+    finally:
+        small_batch.remove(tiny_llama.model)
+    assert plain == before and speculative == before
+    assert calls and all(n % 2 for n in calls)  # the odd row counts only, the plain steps (1 row) among them
+    assert all("onednn_weight" not in layer.__dict__ for layer in small_batch.linears(tiny_llama.model))
+    monkeypatch.setattr(small_batch, "onednn_linear", lambda p, b, x: torch.zeros(*x.shape[:-1], p.shape[0]))
+    monkeypatch.setattr(small_batch, "MARGIN", 100.0)  # any form counts as faster: only agreement can refuse it
+    assert "onednn" not in small_batch.tune(tiny_llama.model, max_rows=3, repeats=1)["rows"].values()
 
 
 def test_install_routes_only_the_given_row_counts_and_remove_undoes_it(monkeypatch, tiny_llama):
@@ -89,10 +116,11 @@ def test_tune_picks_the_rows_where_the_narrow_form_was_faster(tiny_llama):
     result = small_batch.tune(tiny_llama.model, max_rows=4, repeats=3)
     assert sorted(result["linear_ms"]) == [1, 2, 3, 4] and sorted(result["narrow_ms"]) == [1, 2, 3, 4]
     for n in range(1, 5):  # the fastest form that beat torch's by the margin, or torch's own
-        beat = {form: result[f"{form}_ms"][n] for form in ("narrow", "packed") if result[f"{form}_ms"]
+        beat = {form: result[f"{form}_ms"][n] for form in ("narrow", "packed", "onednn") if result[f"{form}_ms"]
                 and result[f"{form}_ms"][n] < small_batch.MARGIN * result["linear_ms"][n]}
         assert result["rows"].get(n) == (min(beat, key=beat.get) if beat else None)
     assert bool(result["packed_ms"]) == torch._C.has_mkl  # float32 weights on a CPU: packed is timed where MKL is
+    assert bool(result["onednn_ms"]) == small_batch.can_onednn(small_batch.linears(tiny_llama.model)[0])
 
 
 def test_tune_leaves_non_cpu_weights_alone(tiny_llama):

@@ -15,6 +15,13 @@ SmolLM2's 1536x576 matrices took 14 ms for 1 row and 25 ms for 2 or 3 rows throu
 14 / 15 / 15 ms packed: a flat verify-cost curve again. It keeps a packed copy of every routed weight
 (more memory), so it is only tried on models whose linear weights take at most PACK_LIMIT_BYTES.
 
+A fourth form, where torch has oneDNN and the weights are float32: oneDNN's linear on a weight reordered once
+into its blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, then `_linear_pointwise` per call; the path
+torch.compile's CPU backend takes). On the 2-core AMD EPYC with AVX-512 (Zen 4) SmolLM2's 211 linear layers took
+46 / 80 / 75 / 50 / 69 ms through F.linear for 1 / 2 / 4 / 8 / 12 rows, 29 / 27 / 32 / 67 / 85 as W·xᵀ, and
+18 / 22 / 20 / 25 / 26 through oneDNN: the flattest curve, and the fastest single row. It too keeps a copy of
+every routed weight, under the same PACK_LIMIT_BYTES.
+
 `tune` times the forms on the model's own weights for 1..max_rows rows and `install` routes each row
 count to the fastest form that beat F.linear by a clear margin (a form whose output disagrees with
 F.linear beyond float rounding is never chosen); every other call is torch's own `F.linear`. Results
@@ -39,7 +46,10 @@ MAX_ROWS = 16
 """row counts tuned: 1..this, enough for a hybrid pass (8 suffix tokens, a drafter's chain, the root) and small trees;
 SmolLM2's linear layers, fp32 on a 2-core Xeon: 9..13 rows took 75-110 ms through F.linear, 57-82 ms packed"""
 PACK_LIMIT_BYTES = 2 << 30
-"""MKL's packed form is tried only where the model's linear weights take at most this many bytes (it adds a copy)"""
+"""MKL's packed and oneDNN's forms are tried only where the model's linear weights take at most this many bytes
+(each adds a copy)"""
+FORM_NAMES = ("linear", "narrow", "packed", "onednn")
+"""torch's own F.linear, then the forms `tune` may route to, in the order its timings are reported"""
 
 
 def can_pack(layer: nn.Linear) -> bool:
@@ -57,6 +67,24 @@ def packed_linear(weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor
     rows = x.numel() // x.shape[-1]
     out = torch.ops.mkl._mkl_linear(x.reshape(rows, x.shape[-1]), packed, weight, bias, rows)
     return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def can_onednn(layer: nn.Linear) -> bool:
+    """Whether oneDNN's reordered linear serves this layer: torch built with oneDNN, float32 weights on the CPU."""
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and layer.weight.dtype == torch.float32 and layer.weight.device.type == "cpu")
+
+
+def onednn_pack(weight: torch.Tensor) -> torch.Tensor:
+    """The weight in oneDNN's blocked layout (reordered for a few rows; any row count is then passed per call)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 8)
+
+
+def onednn_linear(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """F.linear(x, weight, bias) through oneDNN on `packed` (`onednn_pack(weight)`)."""
+    rows = x.numel() // x.shape[-1]
+    out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), packed, bias, "none", [], "")
+    return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 def narrow_linear(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
@@ -77,6 +105,8 @@ def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return narrow_linear(self.weight, self.bias, x)
     if form == "packed" and self.packed_weight is not None and not torch.is_grad_enabled():
         return packed_linear(self.weight, self.packed_weight, self.bias, x)
+    if form == "onednn" and self.onednn_weight is not None and not torch.is_grad_enabled():
+        return onednn_linear(self.onednn_weight, self.bias, x)
     return F.linear(x, self.weight, self.bias)
 
 
@@ -86,15 +116,17 @@ def linears(model: nn.Module) -> list[nn.Linear]:
 
 
 def install(model: nn.Module, rows) -> int:
-    """Route the linear layers of `model` by row count: `rows` maps a row count to "narrow" (W·xᵀ) or "packed"
-    (MKL's packed GEMM; float32 layers only, the others keep F.linear there); a plain list of row counts means
-    W·xᵀ for each. Returns layers changed."""
+    """Route the linear layers of `model` by row count: `rows` maps a row count to "narrow" (W·xᵀ), "packed"
+    (MKL's packed GEMM) or "onednn" (oneDNN's reordered linear); the last two serve float32 layers only, the others
+    keep F.linear there. A plain list of row counts means W·xᵀ for each. Returns layers changed."""
     forms = {int(n): form for n, form in (rows.items() if isinstance(rows, dict) else ((r, "narrow") for r in rows))}
     layers = linears(model)
     for layer in layers:
         if forms:
             layer.narrow_rows = forms
             layer.packed_weight = pack(layer.weight) if "packed" in forms.values() and can_pack(layer) else None
+            layer.onednn_weight = (onednn_pack(layer.weight) if "onednn" in forms.values() and can_onednn(layer)
+                                   else None)
             layer.forward = types.MethodType(_forward, layer)
         else:
             remove_layer(layer)
@@ -102,7 +134,7 @@ def install(model: nn.Module, rows) -> int:
 
 
 def remove_layer(layer: nn.Linear) -> None:
-    for name in ("forward", "narrow_rows", "packed_weight"):
+    for name in ("forward", "narrow_rows", "packed_weight", "onednn_weight"):
         layer.__dict__.pop(name, None)
 
 
@@ -113,7 +145,7 @@ def remove(model: nn.Module) -> None:
 
 
 def installed_rows(model: nn.Module) -> dict[int, str]:
-    """Row count -> the form ("narrow", "packed") it is routed through in `model` (empty when nothing is)."""
+    """Row count -> the form ("narrow", "packed", "onednn") it is routed through in `model` (empty when nothing is)."""
     for layer in linears(model):
         return dict(sorted(getattr(layer, "narrow_rows", {}).items()))
     return {}
@@ -121,15 +153,15 @@ def installed_rows(model: nn.Module) -> dict[int, str]:
 
 @torch.no_grad()
 def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 3) -> dict:
-    """Time F.linear against W·xᵀ and (where it can run) MKL's packed GEMM on the model's own weights for
-    1..max_rows rows.
+    """Time F.linear against W·xᵀ and (where they can run) MKL's packed GEMM and oneDNN's reordered linear on the
+    model's own weights for 1..max_rows rows.
 
     Returns {"rows": {n: form} for the row counts where a form beat F.linear by the margin (the fastest such),
-    "linear_ms", "narrow_ms", "packed_ms": {n: ms}, "seconds": s}; the forms alternate inside every round, so drift
+    "linear_ms", "narrow_ms", "packed_ms", "onednn_ms": {n: ms}, "seconds": s}; the forms alternate inside every round, so drift
     hits all alike. CPU weights only."""
     began = time.perf_counter()
     everything = linears(model)
-    empty = {"rows": {}, "linear_ms": {}, "narrow_ms": {}, "packed_ms": {}, "seconds": 0.0}
+    empty = {"rows": {}, "linear_ms": {}, "narrow_ms": {}, "packed_ms": {}, "onednn_ms": {}, "seconds": 0.0}
     if not everything or any(layer.weight.device.type != "cpu" for layer in everything):
         return empty
     layers, total = [], 0
@@ -144,6 +176,9 @@ def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 3) -> dict:
     if all(can_pack(layer) for layer in layers) and weight_bytes <= PACK_LIMIT_BYTES:
         packed = {id(layer): pack(layer.weight) for layer in layers}
         forms["packed"] = lambda layer, x: packed_linear(layer.weight, packed[id(layer)], layer.bias, x)
+    if all(can_onednn(layer) for layer in layers) and weight_bytes <= PACK_LIMIT_BYTES:
+        reordered = {id(layer): onednn_pack(layer.weight) for layer in layers}
+        forms["onednn"] = lambda layer, x: onednn_linear(reordered[id(layer)], layer.bias, x)
     generator = torch.Generator().manual_seed(0)
     for run in forms.values():  # one untimed pass each: first touches of fresh (packed) weights are not its cost
         for layer in layers:
@@ -171,7 +206,7 @@ def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 3) -> dict:
         if candidates:
             rows[n] = min(candidates, key=lambda form: median[(form, n)])
     result = {"rows": rows, "seconds": round(time.perf_counter() - began, 2)}
-    for form in ("linear", "narrow", "packed"):
+    for form in FORM_NAMES:
         result[f"{form}_ms"] = {n: round(median[(form, n)], 2) for n in range(1, max_rows + 1)} if form in forms else {}
     return result
 
@@ -182,11 +217,10 @@ def tune_and_install(model: nn.Module, max_rows: int = MAX_ROWS) -> dict:
     install(model, result["rows"])
     if result["linear_ms"]:
         def cell(n):
-            return "/".join(f"{result[f'{form}_ms'][n]:.0f}" for form in ("linear", "narrow", "packed")
-                            if result.get(f"{form}_ms"))
+            return "/".join(f"{result[f'{form}_ms'][n]:.0f}" for form in FORM_NAMES if result.get(f"{form}_ms"))
         rows = result["rows"] if isinstance(result["rows"], dict) else dict.fromkeys(result["rows"], "narrow")
         routed = ", ".join(f"{n}: {form}" for n, form in rows.items()) or "none"
-        forms = "torch/W·xᵀ" + ("/MKL packed" if result.get("packed_ms") else "")
+        forms = "torch/W·xᵀ" + ("/MKL packed" if result.get("packed_ms") else "") + ("/oneDNN" if result.get("onednn_ms") else "")
         shown = ", ".join(f"{n}: {cell(n)}" for n in result["linear_ms"])
         print(f"small-batch linear: rows routed {routed} (ms per pass over the weights, {forms} by rows: {shown}; "
               f"measured in {result['seconds']:.1f} s)", flush=True)
