@@ -36,36 +36,20 @@ def test_each_form_matches_torch(form, rows, bias):
     torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
 
 
-@needs_mkl
-def test_packed_rows_decode_the_same_tokens_and_a_form_that_disagrees_is_never_chosen(tiny_llama, monkeypatch):
-    greedy = Sampling()
-    before = plain_generate(tiny_llama, PROMPT, greedy, 24, eos=set()).tokens
-    small_batch.install(tiny_llama.model, {n: "packed" if n % 2 else "narrow" for n in range(1, 9)})
-    try:
-        assert all(layer.packed_weight is not None for layer in small_batch.linears(tiny_llama.model))
-        plain = plain_generate(tiny_llama, PROMPT, greedy, 24, eos=set()).tokens
-        speculative = speculative_generate(tiny_llama, PromptLookup(Config()), PROMPT, DraftShape(4), greedy, 24,
-                                           eos=set()).tokens
-    finally:
-        small_batch.remove(tiny_llama.model)
-    assert plain == before and speculative == before
-    assert all("packed_weight" not in layer.__dict__ for layer in small_batch.linears(tiny_llama.model))
-    monkeypatch.setattr(small_batch, "packed_linear", lambda w, p, b, x: torch.zeros(*x.shape[:-1], w.shape[0]))
-    monkeypatch.setattr(small_batch, "MARGIN", 100.0)  # any form counts as faster: only agreement can refuse it
-    assert set(small_batch.tune(tiny_llama.model, max_rows=3, repeats=1)["rows"].values()) == {"narrow"}
+REORDERED = {"packed": "packed_linear", "onednn": "onednn_linear"}
+"""the forms that keep a reordered copy of each weight (in `layer.<form>_weight`) -> the function that runs them"""
 
 
-@needs_onednn
-def test_onednn_rows_decode_the_same_tokens_and_a_form_that_disagrees_is_never_chosen(tiny_llama, monkeypatch):
+@pytest.mark.parametrize("form", [pytest.param("packed", marks=needs_mkl), pytest.param("onednn", marks=needs_onednn)])
+def test_reordered_rows_decode_the_same_tokens_and_a_form_that_disagrees_is_never_chosen(form, tiny_llama, monkeypatch):
     greedy = Sampling()
     before = plain_generate(tiny_llama, PROMPT, greedy, 24, eos=set()).tokens
-    calls = []
-    real = small_batch.onednn_linear
-    monkeypatch.setattr(small_batch, "onednn_linear", lambda p, b, x: calls.append(x.shape[-2]) or real(p, b, x))
-    small_batch.install(tiny_llama.model, {n: "onednn" if n % 2 else "narrow" for n in range(1, 9)})
+    calls, run = [], getattr(small_batch, REORDERED[form])
+    monkeypatch.setattr(small_batch, REORDERED[form], lambda *args: calls.append(args[-1].shape[-2]) or run(*args))
+    small_batch.install(tiny_llama.model, {n: form if n % 2 else "narrow" for n in range(1, 9)})
     try:
-        assert all(layer.onednn_weight is not None and layer.packed_weight is None
-                   for layer in small_batch.linears(tiny_llama.model))
+        for layer in small_batch.linears(tiny_llama.model):  # only the routed form's copy is made
+            assert all((getattr(layer, f"{other}_weight") is not None) == (other == form) for other in REORDERED)
         plain = plain_generate(tiny_llama, PROMPT, greedy, 24, eos=set()).tokens
         speculative = speculative_generate(tiny_llama, PromptLookup(Config()), PROMPT, DraftShape(4), greedy, 24,
                                            eos=set()).tokens
@@ -73,10 +57,12 @@ def test_onednn_rows_decode_the_same_tokens_and_a_form_that_disagrees_is_never_c
         small_batch.remove(tiny_llama.model)
     assert plain == before and speculative == before
     assert calls and all(n % 2 for n in calls)  # the odd row counts only, the plain steps (1 row) among them
-    assert all("onednn_weight" not in layer.__dict__ for layer in small_batch.linears(tiny_llama.model))
-    monkeypatch.setattr(small_batch, "onednn_linear", lambda p, b, x: torch.zeros(*x.shape[:-1], p.shape[0]))
+    assert all(f"{form}_weight" not in layer.__dict__ for layer in small_batch.linears(tiny_llama.model))
+    # weight (or its reordered copy) [out, in] first, input last: a form that returns zeros disagrees with F.linear
+    monkeypatch.setattr(small_batch, REORDERED[form], lambda *args: torch.zeros(*args[-1].shape[:-1], args[0].shape[0]))
     monkeypatch.setattr(small_batch, "MARGIN", 100.0)  # any form counts as faster: only agreement can refuse it
-    assert "onednn" not in small_batch.tune(tiny_llama.model, max_rows=3, repeats=1)["rows"].values()
+    chosen = small_batch.tune(tiny_llama.model, max_rows=3, repeats=1)["rows"]
+    assert len(chosen) == 3 and form not in chosen.values()
 
 
 def test_install_routes_only_the_given_row_counts_and_remove_undoes_it(monkeypatch, tiny_llama):
@@ -115,12 +101,21 @@ def test_decoding_with_it_installed_gives_the_same_tokens(tiny_llama):
 def test_tune_picks_the_rows_where_the_narrow_form_was_faster(tiny_llama):
     result = small_batch.tune(tiny_llama.model, max_rows=4, repeats=3)
     assert sorted(result["linear_ms"]) == [1, 2, 3, 4] and sorted(result["narrow_ms"]) == [1, 2, 3, 4]
-    for n in range(1, 5):  # the fastest form that beat torch's by the margin, or torch's own
-        beat = {form: result[f"{form}_ms"][n] for form in ("narrow", "packed", "onednn") if result[f"{form}_ms"]
-                and result[f"{form}_ms"][n] < small_batch.MARGIN * result["linear_ms"][n]}
-        assert result["rows"].get(n) == (min(beat, key=beat.get) if beat else None)
+    timed = {form: result[f"{form}_ms"] for form in small_batch.FORM_NAMES if result[f"{form}_ms"]}
+    assert result["rows"] == small_batch.choose(timed)  # every form agrees with F.linear on this model
     assert bool(result["packed_ms"]) == torch._C.has_mkl  # float32 weights on a CPU: packed is timed where MKL is
     assert bool(result["onednn_ms"]) == small_batch.can_onednn(small_batch.linears(tiny_llama.model)[0])
+
+
+def test_choose_keeps_the_overall_fastest_form_unless_another_beats_it_by_the_margin():
+    times = {"linear": {1: 10.0, 2: 10.0, 3: 10.0, 4: 10.0, 5: 4.0},
+             "narrow": {1: 8.5, 2: 4.8, 3: 4.0, 4: 8.5, 5: 3.8},   # 4% faster than oneDNN at 2, 20% at 3
+             "onednn": {1: 4.9, 2: 5.0, 3: 5.0, 4: 9.6, 5: 3.9}}  # fastest over all row counts
+    assert small_batch.choose(times) == {1: "onednn", 2: "onednn", 3: "narrow", 4: "narrow"}
+    # at 4 only W·xᵀ beats torch by the margin; at 5 nothing does; with one form there is no choice
+    assert small_batch.choose({"linear": times["linear"], "narrow": times["narrow"]}) == {1: "narrow", 2: "narrow",
+                                                                                         3: "narrow", 4: "narrow"}
+    assert small_batch.choose({"linear": times["linear"]}) == {}
 
 
 def test_tune_leaves_non_cpu_weights_alone(tiny_llama):

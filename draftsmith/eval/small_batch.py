@@ -39,7 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 
 MARGIN = 0.9
-"""W·xᵀ is used for a row count only when its median time is below this share of F.linear's"""
+"""a form is used for a row count only when its median time is below this share of F.linear's; and a form other than
+the one fastest over all row counts only when it is below this share of that one's (no switching for noise)"""
 TUNE_PARAMS = 150_000_000
 """tune times at most this many weights per pass (more than any CPU cache, so passes stay memory-bound)"""
 MAX_ROWS = 16
@@ -156,7 +157,11 @@ def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 3) -> dict:
     """Time F.linear against W·xᵀ and (where they can run) MKL's packed GEMM and oneDNN's reordered linear on the
     model's own weights for 1..max_rows rows.
 
-    Returns {"rows": {n: form} for the row counts where a form beat F.linear by the margin (the fastest such),
+    Returns {"rows": {n: form} for the row counts where a form beat F.linear by the margin (the form fastest over
+    all row counts, unless another is faster than it there by the margin too: a pass of the whole model runs one
+    form in every layer, and forms swapped for a few percent measured on the linear layers alone cost more than
+    that in it, as 2 rows through W·xᵀ did on a Zen 4 CPU: 25 against oneDNN's 26 ms over the linear layers,
+    52 against about 42 ms for the model's pass),
     "linear_ms", "narrow_ms", "packed_ms", "onednn_ms": {n: ms}, "seconds": s}; the forms alternate inside every round, so drift
     hits all alike. CPU weights only."""
     began = time.perf_counter()
@@ -199,16 +204,29 @@ def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 3) -> dict:
                     run(layer, x)
                 times[(form, n)].append(time.perf_counter() - start)
     median = {key: sorted(values)[len(values) // 2] * 1000 for key, values in times.items()}
-    rows = {}
-    for n in range(1, max_rows + 1):
-        candidates = [form for form in forms if form != "linear" and agrees[form]
-                      and median[(form, n)] < MARGIN * median[("linear", n)]]
-        if candidates:
-            rows[n] = min(candidates, key=lambda form: median[(form, n)])
+    usable = ["linear", *(form for form in forms if form != "linear" and agrees[form])]
+    rows = choose({form: {n: median[(form, n)] for n in range(1, max_rows + 1)} for form in usable})
     result = {"rows": rows, "seconds": round(time.perf_counter() - began, 2)}
     for form in FORM_NAMES:
         result[f"{form}_ms"] = {n: round(median[(form, n)], 2) for n in range(1, max_rows + 1)} if form in forms else {}
     return result
+
+
+def choose(times: dict[str, dict[int, float]]) -> dict[int, str]:
+    """Row count -> form, from median times {form: {rows: ms}} of torch's "linear" and the forms that may be used:
+    where some beat "linear" by MARGIN, the form fastest over all row counts, unless another beats that one there by
+    MARGIN too (a few percent over the linear layers alone is noise next to what a swap of forms can cost a whole
+    pass). Row counts where none beats "linear" are left out."""
+    forms = [form for form in times if form != "linear"]
+    overall = min(forms, key=lambda form: sum(times[form].values()), default=None)
+    rows = {}
+    for n, torch_ms in times["linear"].items():
+        beat = [form for form in forms if times[form][n] < MARGIN * torch_ms]
+        if beat:
+            fastest = min(beat, key=lambda form: times[form][n])
+            clearly = times[fastest][n] < MARGIN * times[overall][n]
+            rows[n] = overall if overall in beat and not clearly else fastest
+    return rows
 
 
 def tune_and_install(model: nn.Module, max_rows: int = MAX_ROWS) -> dict:
