@@ -17,14 +17,15 @@ SmolLM2's 1536x576 matrices took 14 ms for 1 row and 25 ms for 2 or 3 rows throu
 
 A fourth form, where torch has oneDNN and the weights are float32: oneDNN's linear on a weight reordered once
 into its blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, then `_linear_pointwise` per call; the path
-torch.compile's CPU backend takes). On the 2-core AMD EPYC with AVX-512 (Zen 4) SmolLM2's 211 linear layers took
-46 / 80 / 75 / 50 / 69 ms through F.linear for 1 / 2 / 4 / 8 / 12 rows, 29 / 27 / 32 / 67 / 85 as W·xᵀ, and
-18 / 22 / 20 / 25 / 26 through oneDNN: the flattest curve, and the fastest single row. It too keeps a copy of
-every routed weight, under the same PACK_LIMIT_BYTES.
+torch.compile's CPU backend takes). On the 2-core AMD EPYC with AVX-512 (Zen 4) a pass over SmolLM2's 211 linear
+layers took (median of 5) 46 / 80 / 75 / 50 / 69 ms through F.linear for 1 / 2 / 4 / 8 / 12 rows, 29 / 27 / 32 /
+67 / 85 as W·xᵀ, and 18 / 22 / 20 / 25 / 26 through oneDNN: the flattest curve, and the fastest single row. It
+too keeps a copy of every routed weight, under the same PACK_LIMIT_BYTES.
 
 `tune` times the forms on the model's own weights for 1..max_rows rows and `install` routes each row
-count to the fastest form that beat F.linear by a clear margin (a form whose output disagrees with
-F.linear beyond float rounding is never chosen); every other call is torch's own `F.linear`. Results
+count where a form beat F.linear by a clear margin to the form fastest over all row counts, or to another
+that beat that one there by the margin too (`choose`; a form whose output disagrees with F.linear beyond
+float rounding is never chosen); every other call is torch's own `F.linear`. Results
 agree with `F.linear` to float rounding (the summation order differs). CPU only: on other devices
 `tune` returns no rows and nothing changes.
 """
@@ -159,9 +160,9 @@ def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 3) -> dict:
 
     Returns {"rows": {n: form} for the row counts where a form beat F.linear by the margin (the form fastest over
     all row counts, unless another is faster than it there by the margin too: a pass of the whole model runs one
-    form in every layer, and forms swapped for a few percent measured on the linear layers alone cost more than
-    that in it, as 2 rows through W·xᵀ did on a Zen 4 CPU: 25 against oneDNN's 26 ms over the linear layers,
-    52 against about 42 ms for the model's pass),
+    form in every layer, and a form swapped in for a few percent measured on the linear layers alone can cost
+    more than that in it: on a Zen 4 CPU 2 rows went to W·xᵀ at 25 against oneDNN's 26 ms over the linear layers,
+    and the target's 2-token pass then took 52 ms where its 1-, 3- and 4-token passes, all oneDNN, took 42-44),
     "linear_ms", "narrow_ms", "packed_ms", "onednn_ms": {n: ms}, "seconds": s}; the forms alternate inside every round, so drift
     hits all alike. CPU weights only."""
     began = time.perf_counter()
