@@ -89,6 +89,19 @@ def onednn_linear(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tens
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
+def _run_packed(layer: nn.Linear, copy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return packed_linear(layer.weight, copy, layer.bias, x)
+
+
+def _run_onednn(layer: nn.Linear, copy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return onednn_linear(copy, layer.bias, x)
+
+
+REORDERED = {"packed": (can_pack, pack, _run_packed), "onednn": (can_onednn, onednn_pack, _run_onednn)}
+"""the forms that keep a reordered copy of each weight (in `layer.<form>_weight` once installed): (whether it serves
+a layer, the copy of a weight, run(layer, copy, x))"""
+
+
 def narrow_linear(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
     """F.linear(x, weight, bias) computed as (weight · xᵀ)ᵀ; one row is padded to two (else gemv runs)."""
     rows = x.numel() // x.shape[-1]
@@ -105,10 +118,10 @@ def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     form = self.narrow_rows.get(x.numel() // x.shape[-1])
     if form == "narrow":
         return narrow_linear(self.weight, self.bias, x)
-    if form == "packed" and self.packed_weight is not None and not torch.is_grad_enabled():
-        return packed_linear(self.weight, self.packed_weight, self.bias, x)
-    if form == "onednn" and self.onednn_weight is not None and not torch.is_grad_enabled():
-        return onednn_linear(self.onednn_weight, self.bias, x)
+    if form in REORDERED and not torch.is_grad_enabled():
+        copy = getattr(self, f"{form}_weight")
+        if copy is not None:
+            return REORDERED[form][2](self, copy, x)
     return F.linear(x, self.weight, self.bias)
 
 
@@ -126,9 +139,8 @@ def install(model: nn.Module, rows) -> int:
     for layer in layers:
         if forms:
             layer.narrow_rows = forms
-            layer.packed_weight = pack(layer.weight) if "packed" in forms.values() and can_pack(layer) else None
-            layer.onednn_weight = (onednn_pack(layer.weight) if "onednn" in forms.values() and can_onednn(layer)
-                                   else None)
+            for name, (serves, prepare, _) in REORDERED.items():
+                setattr(layer, f"{name}_weight", prepare(layer.weight) if name in forms.values() and serves(layer) else None)
             layer.forward = types.MethodType(_forward, layer)
         else:
             remove_layer(layer)
@@ -136,7 +148,7 @@ def install(model: nn.Module, rows) -> int:
 
 
 def remove_layer(layer: nn.Linear) -> None:
-    for name in ("forward", "narrow_rows", "packed_weight", "onednn_weight"):
+    for name in ("forward", "narrow_rows", *(f"{form}_weight" for form in REORDERED)):
         layer.__dict__.pop(name, None)
 
 
@@ -179,12 +191,10 @@ def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 3) -> dict:
     forms = {"linear": lambda layer, x: F.linear(x, layer.weight, layer.bias),
              "narrow": lambda layer, x: narrow_linear(layer.weight, layer.bias, x)}
     weight_bytes = sum(layer.weight.numel() * layer.weight.element_size() for layer in everything)
-    if all(can_pack(layer) for layer in layers) and weight_bytes <= PACK_LIMIT_BYTES:
-        packed = {id(layer): pack(layer.weight) for layer in layers}
-        forms["packed"] = lambda layer, x: packed_linear(layer.weight, packed[id(layer)], layer.bias, x)
-    if all(can_onednn(layer) for layer in layers) and weight_bytes <= PACK_LIMIT_BYTES:
-        reordered = {id(layer): onednn_pack(layer.weight) for layer in layers}
-        forms["onednn"] = lambda layer, x: onednn_linear(reordered[id(layer)], layer.bias, x)
+    for name, (serves, prepare, run) in REORDERED.items():
+        if all(serves(layer) for layer in layers) and weight_bytes <= PACK_LIMIT_BYTES:
+            copies = {id(layer): prepare(layer.weight) for layer in layers}
+            forms[name] = lambda layer, x, run=run, copies=copies: run(layer, copies[id(layer)], x)
     generator = torch.Generator().manual_seed(0)
     for run in forms.values():  # one untimed pass each: first touches of fresh (packed) weights are not its cost
         for layer in layers:
