@@ -111,17 +111,22 @@ def beside_plain(target, proposers: dict, rows, max_new_tokens: int) -> dict:
     return methods
 
 
-def decode_interleaved(methods: dict, prompts) -> dict[str, list]:
-    """Every method on every prompt, in alternating order (no method always first), after one warm-up run each."""
+def decode_interleaved(methods: dict, prompts, rounds: int = 1) -> dict[str, list]:
+    """Every method on every prompt, in alternating order (no method always first), after one warm-up run each.
+
+    `rounds` > 1: the whole prompt list again, each round in the order the last one did not use for each prompt,
+    so that a prompt's methods take turns being first; the lists hold round after round (`len(prompts) * rounds`)."""
     warm = torch.tensor([prompts[0].token_ids[:32]])
     for run in methods.values():
         run(warm)
     runs = {name: [] for name in methods}
-    for index, prompt in enumerate(prompts):
-        ids = torch.tensor([prompt.token_ids])
-        for name in (list(methods) if index % 2 == 0 else list(reversed(methods))):
-            runs[name].append(methods[name](ids))
-        print(f"[{index + 1}/{len(prompts)}] {prompt.name}", flush=True)
+    for round_ in range(rounds):
+        for index, prompt in enumerate(prompts):
+            ids = torch.tensor([prompt.token_ids])
+            for name in (list(methods) if (index + round_) % 2 == 0 else list(reversed(methods))):
+                runs[name].append(methods[name](ids))
+            done = round_ * len(prompts) + index + 1
+            print(f"[{done}/{len(prompts) * rounds}] {prompt.name}", flush=True)
     return runs
 
 

@@ -14,8 +14,8 @@ generate(prompt_lookup_num_tokens) (our plain
 loop against plain generate() is bench/decode.py's job). --narrow-to N also decodes chains with each
 trained head cut to its N most frequent tokens (Drafter.narrow_vocab), which prices the head's size
 without training again. As in `draftsmith eval`, the target's linear
-layers first get W·xᵀ for the few-row inputs where it is measured faster (eval/small_batch.py); every
-method runs those same layers.
+layers first take the few-row form eval/small_batch.py routes each row count to; every method runs those same
+layers.
 Prints best/'s held-out per-step accuracy, τ, speedups as ratios measured in this run, the draft-time
 fraction, training tokens/s relative to target-forward-only tokens/s (online or offline, as the recipe
 trains), and peak memory (RSS) of the whole run.

@@ -3,15 +3,18 @@
     .venv/bin/python bench/eagle3_smollm2.py --minutes 50 --num-prompts 40 --vocab-sizes 2048   # the drafter
     .venv/bin/python bench/hybrid.py --drafter runs/bench-eagle3/eagle3-v2048/best --prompts humaneval \\
         --num-prompts 40 --max-new-tokens 128
-    .venv/bin/python bench/hybrid.py --drafter DRAFTER --prompts builtin:suite --num-prompts 100
+    .venv/bin/python bench/hybrid.py --drafter DRAFTER --prompts builtin:suite --num-prompts 100 --max-new-tokens 96 \
+        --rounds 2
 
 One process, one target, every prompt decoded by each method in alternating order (no method always first), T = 0:
 our plain loop; suffix matching alone (chains of up to --suffix-length, each cut to what pays for the measured
 verify cost); the drafter alone (chains of --draft-length, with the running-acceptance fallback that
 `draftsmith eval` gives EAGLE and MTP chains); and the hybrid (suffix candidates of up to --suffix-length merged with
 the drafter's chain of up to --draft-length in one tree per verify pass, the drafter skipped where a confident match
-makes it not worth its draft time, and each pass's chain length and suffix nodes those that pay for their cost). As in `draftsmith eval`, the target's linear layers get W·xᵀ for few-row inputs where
-that is measured faster, for every method.
+makes it not worth its draft time, and each pass's chain length and suffix nodes those that pay for their cost). As
+in `draftsmith eval`, the target's and the drafter's linear layers take the few-row form `eval.small_batch` routes
+each row count to, for every method. With --rounds R every prompt is decoded R times by each method and the figures
+pool all R (a category's `prompts` then counts decodes: 10 prompts x 2 rounds = 20).
 
 Printed and recorded under results/hybrid/ (HumanEval) or results/hybrid_by_category/ (any other prompt set): τ,
 speedup over plain and the draft-time share of each method, overall and per category; the hybrid's passes by kind;
@@ -43,11 +46,15 @@ def main() -> None:
     parser.add_argument("--draft-length", type=int, default=2, help="the drafter's chain length, alone and in the hybrid")
     parser.add_argument("--suffix-length", type=int, default=8,
                         help="longest suffix chain, alone and in the hybrid (each draft cut to what pays)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="decode every prompt this many times with every method (round after round, the methods' "
+                             "order flipped each round) and pool them: on a CPU whose speed drifts, one decode of 8 "
+                             "prompts per category moves a category's speedup by several percent")
     records.add_shared_options(parser, target="smollm2-135m-instruct", num_prompts=40, max_new_tokens=128, threads=0,
                                helps={"num_prompts": "prompts decoded by every method (the first N of --prompts)"})
     args = parser.parse_args()
-    if min(args.draft_length, args.suffix_length) < 1:
-        parser.error("--draft-length and --suffix-length must be at least 1")
+    if min(args.draft_length, args.suffix_length, args.rounds) < 1:
+        parser.error("--draft-length, --suffix-length and --rounds must be at least 1")
     records.apply_threads(args)
 
     from draftsmith.drafters import DraftShape
@@ -73,10 +80,11 @@ def main() -> None:
                                 draft_budget=args.suffix_length, draft_length=args.draft_length,
                                 hybrid_drafter_length=args.draft_length), DraftShape(args.suffix_length)),
     }
-    runs = decode_interleaved(beside_plain(target, proposers, rows, args.max_new_tokens), prompts)
+    runs = decode_interleaved(beside_plain(target, proposers, rows, args.max_new_tokens), prompts, args.rounds)
+    decoded = prompts * args.rounds  # the prompt of each entry of `runs`' lists
 
     overall = method_rows(runs, "plain", "plain")
-    tables = {name: per_category(prompts, runs[name], runs["plain"]) for name in proposers}  # as eval's reports
+    tables = {name: per_category(decoded, runs[name], runs["plain"]) for name in proposers}  # as eval's reports
     by_category = {category: {"prompts": row["prompts"], **{name: tables[name][category] for name in proposers}}
                    for category, row in tables["hybrid"].items()}
     singles = ("suffix", "drafter")
@@ -93,14 +101,14 @@ def main() -> None:
         "no_category_below_the_better_single_minus_3_percent": all(
             row["hybrid"]["speedup"] >= 0.97 * max(row[name]["speedup"] for name in singles)
             for row in by_category.values()),
-        "lossless": all(row["identical_to_plain"] == len(prompts) for row in overall.values()),
+        "lossless": all(row["identical_to_plain"] == len(decoded) for row in overall.values()),
     }
     hybrid_proposer = proposers["hybrid"][0]
     print("hybrid passes:", dict(hybrid_proposer.passes))
     print("checks:", checks)
     # HumanEval (the headline goal) and a prompt set by category are two records, so neither hides the other
     records.write("hybrid" if args.prompts == "humaneval" else "hybrid_by_category", {
-        "drafter": args.drafter, "prompts": args.prompts, "num_prompts": len(prompts),
+        "drafter": args.drafter, "prompts": args.prompts, "num_prompts": len(prompts), "rounds": args.rounds,
         "max_new_tokens": args.max_new_tokens, "draft_length": args.draft_length, "suffix_length": args.suffix_length,
         "methods": overall, "per_category": by_category, "hybrid": hybrid_proposer.describe(), "checks": checks,
         "small_batch": tuned}, args)  # the few-row routing differs run to run on a noisy CPU: it moves every figure

@@ -179,6 +179,35 @@ def test_a_request_where_the_drafter_misses_stops_running_it_whatever_earlier_re
     assert hybrid.by_depth[0][1] == 100 + wrong.calls and hybrid.request_by_depth == []
 
 
+def test_each_missed_probe_doubles_the_passes_to_the_next_and_a_hit_resets_them():
+    """A drafter that misses everywhere: after its first few drafts it runs only as a probe, after PROBE_EVERY
+    skipped passes, then 2x and 4x that, then every PROBE_LIMIT (each probe catches up on every skipped token, so on
+    text the drafter never gets right each one is a loss); a probe with a token accepted brings the gap back."""
+    from draftsmith.drafters.hybrid import PROBE_EVERY, PROBE_LIMIT
+
+    target = frozen(tiny_target("llama"))
+    with torch.no_grad():
+        target.model.get_output_embeddings().weight.mul_(30)
+    prompt = torch.tensor([[257, 40, 41, 42, 43, 40, 41, 42, 44, 40, 41]])
+    plain = plain_generate(target, prompt, Sampling(), 1000, eos=set()).tokens
+    wrong = AlwaysWrong(next(t for t in range(target.vocab_size) if t not in plain and t not in prompt[0]))
+    cost = {n: 1.0 + 0.5 * (n - 1) for n in range(1, 24)}
+    hybrid = HybridProposer(SuffixProposer(), wrong, verify_cost=cost, drafter_length=2, timed=False)
+    at = []  # the pass at which each draft of the drafter was made
+    propose = wrong.propose
+    wrong.propose = lambda *args: (at.append(sum(hybrid.passes.values())), propose(*args))[1]
+    result = speculative_generate(target, hybrid, prompt, DraftShape(4), Sampling(), 1000, eos=set())
+    assert result.tokens == plain
+    gaps = [later - earlier for earlier, later in zip(at, at[1:]) if later - earlier > 1]
+    expected = [min(PROBE_EVERY * 2**i, PROBE_LIMIT) + 1 for i in range(len(gaps))]
+    assert len(gaps) >= 4 and gaps == expected, (at, gaps)  # 17, 33, 65, 65, ...
+
+    hybrid.probe_after, hybrid.probing = PROBE_LIMIT, True  # a probe whose first token the target then commits
+    hybrid.pending = (3, [7, 9], [-1, 0])
+    hybrid._learn([1, 2, 3, 7, 5])
+    assert hybrid.probe_after == PROBE_EVERY
+
+
 def test_on_the_real_target_the_hybrid_decodes_what_plain_decoding_does(smollm2):
     """SmolLM2 with an EAGLE-3 drafter fitted to part of its own output: chains and trees, with the measured cost
     curve deciding when the drafter runs and without one (it runs every pass), give plain decoding's tokens."""

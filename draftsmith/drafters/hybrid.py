@@ -23,8 +23,11 @@ that runs once per token and one that drafts all tokens in one forward; a mean, 
 after skipped passes also catches up on the skipped tokens and is a real part of what running the drafter costs); a
 tree drafter at its tree (n_d: the median of its recent drafts' sizes; draft seconds: their mean). t is the
 target's measured verify-cost curve, in seconds (`calibrate`, then timed passes: below). A request whose drafter has
-been skipped PROBE_EVERY passes in a row runs it once more, so its estimate can recover. Only past passes feed
-these, never this pass's target output. Without a curve the drafter always runs, beside every suffix node.
+been skipped PROBE_EVERY passes in a row runs it once more (a probe), so its estimate can recover; each probe of a
+request that gets no token accepted doubles the passes to the next one (up to PROBE_LIMIT), one that does resets
+them: on text the drafter never gets right, each probe (which catches up on every skipped token) is wasted. Only
+past passes feed these, never this pass's target output. Without a curve the drafter always runs, beside every
+suffix node.
 
 What a pass costs is measured twice. `calibrate` times bare target passes before decoding; then, as the hybrid decodes,
 each pass of n tokens is timed from the moment its draft is handed to the decoder to the next call for a draft
@@ -64,6 +67,10 @@ few: a size can be rare and come in special passes (on one translation run 4 pla
 method's 96 plain passes 63 ms on average), and a t(1) read from them makes every drafter token look free."""
 PROBE_EVERY = 16
 """a request's drafter, skipped this many passes in a row, runs once more (so its estimate can recover)"""
+PROBE_LIMIT = 64
+"""the most passes between probes: each missed probe of a request doubles its gap from PROBE_EVERY up to this. On
+8 extraction prompts of the suite, where the bench drafter was right on 1 draft in 50, the hybrid spent 3% of its
+time in the drafter (its first draft over the prompt, a few misses, then a probe every 16 passes)"""
 CALIBRATION_REPEATS = 15
 """passes per size when `calibrate` measures the verify-cost curve. Whether to add one drafter token to a pass turns
 on t(2) / t(1), a few percent from 1 on a CPU: with 5 repeats three calibrations on one machine gave 0.94 to 1.07
@@ -178,6 +185,8 @@ class HybridProposer:
         self.warm = False  # a request's first draft also runs the drafter over the prompt: not a typical cost
         self.request_by_depth: list[list[int]] = []  # this request's drafts: per depth [accepted, offered]
         self.skipped = 0  # passes in a row this request has skipped the drafter
+        self.probe_after = PROBE_EVERY  # skipped passes before the next probe: doubles after each missed probe
+        self.probing = False  # the pending draft is a probe
         self.sent: tuple[int, float] | None = None  # (tokens in the pass, when its draft was handed over)
 
     def calibrate(self, target, longest: int) -> dict[int, float]:
@@ -235,13 +244,14 @@ class HybridProposer:
         found = self.suffix.candidates(state, shape)
         own = self.drafter_shape(shape)
         plan = self._plan(found, own, cost)
-        if plan is None and self.skipped < PROBE_EVERY:
+        if plan is None and self.skipped < self.probe_after:
             self.skipped += 1
             self.passes["suffix" if found.tokens else "plain"] += 1
             return found.draft()
         if plan is not None:  # else a probe: the drafter's whole draft beside every suffix node
             kept, own = plan
             found = Candidates(found.tokens[:kept], found.parents[:kept], found.scores[:kept])
+        self.probing = plan is None
         self.skipped = 0
         start = time.perf_counter()
         draft = self.drafter.propose(state, own, sampling)
@@ -309,6 +319,8 @@ class HybridProposer:
         at, tokens, parents = self.pending
         self.pending = None
         accepted, offered = accepted_depth(tokens, parents, committed[at:])
+        if self.probing:
+            self.probe_after = PROBE_EVERY if accepted else min(2 * self.probe_after, PROBE_LIMIT)
         for counts in (self.by_depth, self.request_by_depth):
             while len(counts) < offered:
                 counts.append([0, 0])
