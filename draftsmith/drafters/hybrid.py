@@ -71,10 +71,6 @@ PROBE_LIMIT = 64
 """the most passes between probes: each missed probe of a request doubles its gap from PROBE_EVERY up to this. On
 8 extraction prompts of the suite, where the bench drafter was right on 1 draft in 50, the hybrid spent 3% of its
 time in the drafter (its first draft over the prompt, a few misses, then a probe every 16 passes)"""
-CALIBRATION_REPEATS = 15
-"""passes per size when `calibrate` measures the verify-cost curve. Whether to add one drafter token to a pass turns
-on t(2) / t(1), a few percent from 1 on a CPU: with 5 repeats three calibrations on one machine gave 0.94 to 1.07
-(a token that seems free or dear by chance), with 15, 0.98 to 1.00 (about 20 s for the bench's 11 sizes)."""
 
 
 def pass_cost(cost: dict[int, float], n: int) -> float:
@@ -199,7 +195,7 @@ class HybridProposer:
         sizes = [*range(1, min(top, max(longest + 1, MAX_ROWS + 1)) + 1), top]
         context = torch.randint(0, target.vocab_size, (1, max(256, 2 * sizes[-1])),
                                 generator=torch.Generator().manual_seed(0))
-        curve = verify_cost_curve(target, sizes, context, repeats=CALIBRATION_REPEATS)
+        curve = verify_cost_curve(target, sizes, context)
         self.verify_cost = self.suffix.verify_cost = curve
         return self.verify_cost
 

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 MARGIN = 0.9
-"""a form is used for a row count only when its median time is below this share of F.linear's; and a form other than
+"""a form is used for a row count only when its measured time is below this share of F.linear's; and a form other than
 the one fastest over all row counts only when it is below this share of that one's (no switching for noise)"""
 TUNE_PARAMS = 150_000_000
 """tune times at most this many weights per pass (more than any CPU cache, so passes stay memory-bound)"""
@@ -166,7 +166,7 @@ def installed_rows(model: nn.Module) -> dict[int, str]:
 
 
 @torch.no_grad()
-def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 3) -> dict:
+def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 5) -> dict:
     """Time F.linear against W·xᵀ and (where they can run) MKL's packed GEMM and oneDNN's reordered linear on the
     model's own weights for 1..max_rows rows.
 
@@ -176,7 +176,9 @@ def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 3) -> dict:
     more than that in it: on a Zen 4 CPU 2 rows went to W·xᵀ at 25 against oneDNN's 26 ms over the linear layers,
     and the target's 2-token pass then took 52 ms where its 1-, 3- and 4-token passes, all oneDNN, took 42-44),
     "linear_ms", "narrow_ms", "packed_ms", "onednn_ms": {n: ms}, "seconds": s}; the forms alternate inside every round, so drift
-    hits all alike. CPU weights only."""
+    hits all alike, and each time is the fastest of `repeats` passes: a host that slows for a second made the median
+    of 3 put oneDNN's 2- and 4-row passes at 34 and 32 ms (15 to 17 in other runs that hour) and send them to W·xᵀ.
+    CPU weights only."""
     began = time.perf_counter()
     everything = linears(model)
     empty = {"rows": {}, "linear_ms": {}, "narrow_ms": {}, "packed_ms": {}, "onednn_ms": {}, "seconds": 0.0}
@@ -214,17 +216,17 @@ def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 3) -> dict:
                 for layer, x in zip(layers, inputs):
                     run(layer, x)
                 times[(form, n)].append(time.perf_counter() - start)
-    median = {key: sorted(values)[len(values) // 2] * 1000 for key, values in times.items()}
+    fastest = {key: min(values) * 1000 for key, values in times.items()}
     usable = ["linear", *(form for form in forms if form != "linear" and agrees[form])]
-    rows = choose({form: {n: median[(form, n)] for n in range(1, max_rows + 1)} for form in usable})
+    rows = choose({form: {n: fastest[(form, n)] for n in range(1, max_rows + 1)} for form in usable})
     result = {"rows": rows, "seconds": round(time.perf_counter() - began, 2)}
     for form in FORM_NAMES:
-        result[f"{form}_ms"] = {n: round(median[(form, n)], 2) for n in range(1, max_rows + 1)} if form in forms else {}
+        result[f"{form}_ms"] = {n: round(fastest[(form, n)], 2) for n in range(1, max_rows + 1)} if form in forms else {}
     return result
 
 
 def choose(times: dict[str, dict[int, float]]) -> dict[int, str]:
-    """Row count -> form, from median times {form: {rows: ms}} of torch's "linear" and the forms that may be used:
+    """Row count -> form, from measured times {form: {rows: ms}} of torch's "linear" and the forms that may be used:
     where some beat "linear" by MARGIN, the form fastest over all row counts, unless another beats that one there by
     MARGIN too (a few percent over the linear layers alone is noise next to what a swap of forms can cost a whole
     pass). Row counts where none beats "linear" are left out."""
