@@ -400,14 +400,17 @@ def dflash_peer(result: dict) -> list[str]:
 def hybrid(result: dict) -> list[str]:
     """Suffix alone, the drafter alone and their hybrid against one plain loop, overall and per category."""
     methods = ("suffix", "drafter", "hybrid")
-    lines = [f"`{result.get('drafter')}` on {result.get('num_prompts')} prompts of {result.get('prompts')}, "
+    rounds = result.get("rounds", 1)
+    decoded = result.get("num_prompts") * rounds if result.get("num_prompts") is not None else None
+    times = f", each decoded {rounds} times by every method (category rows count decodes)" if rounds > 1 else ""
+    lines = [f"`{result.get('drafter')}` on {result.get('num_prompts')} prompts of {result.get('prompts')}{times}, "
              f"{result.get('max_new_tokens')} new tokens, greedy: suffix chains up to {result.get('suffix_length')}, "
              f"drafter chains of {result.get('draft_length')}, the hybrid both in one tree per pass.", ""]
     overall = result.get("methods", {})
     rows = [[name, fmt(overall.get(name, {}).get("acceptance_length")),
              fmt(overall.get(name, {}).get("speedup_vs_plain"), 2, "×"),
              pct(overall.get(name, {}).get("draft_time_fraction")),
-             identical(overall.get(name, {}).get("identical_to_plain"), result.get("num_prompts"))] for name in methods]
+             identical(overall.get(name, {}).get("identical_to_plain"), decoded)] for name in methods]
     lines += table(["method", "τ", "speedup vs plain", "draft time", "identical to plain"], rows)
     categories = result.get("per_category", {})
     if len(categories) > 1:
@@ -467,7 +470,7 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
                "--num-prompts 40 --max-new-tokens 128"),
     "hybrid_by_category": ("Suffix matching, the drafter and their hybrid, by category", hybrid,
                            "python bench/hybrid.py --drafter runs/bench-eagle3/eagle3-v2048/best --prompts builtin:suite "
-                           "--num-prompts 80 --max-new-tokens 96"),
+                           "--num-prompts 100 --max-new-tokens 96 --rounds 2"),
     "repeated_workload": ("Repeated requests: the cross-request suffix cache", repeated_workload,
                           "python bench/repeated_workload.py --num-prompts 24 --cache-tokens 4096 512"),
     "serving": ("Serving under load (serve-sim)", serving, "python bench/serving.py --drafter DRAFTER"),

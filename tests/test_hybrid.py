@@ -1,6 +1,8 @@
 """The hybrid proposer: merged trees, the skip decision, greedy output identical to plain decoding on tiny Llama
 and Qwen3 targets and on the real SmolLM2 with a trained-ish EAGLE drafter, and lossless sampling with mixed trees (chi-square)."""
 
+from collections import deque
+
 import pytest
 import torch
 from test_decoder_sampling import chi2_pvalue, exact_marginals, small_vocab_target
@@ -77,9 +79,10 @@ def test_a_chain_length_costs_what_it_was_measured_at_else_its_nearest_measured_
     assert hybrid._chain_seconds(3) == 0.05 and hybrid._chain_seconds(8) == 0.05  # a tie goes to the longer
 
 
-def test_passes_timed_while_decoding_replace_the_calibrated_cost_of_their_size_and_rescale_the_rest(monkeypatch):
-    """A pass is timed from the draft handed over to the next call for a draft; MEASURED_PASSES of a size replace
-    its calibrated t(n), and the sizes not timed yet are scaled by how far the timed ones are from calibration."""
+def test_passes_timed_while_decoding_rescale_the_calibrated_curve_by_their_median_ratio(monkeypatch):
+    """A pass is timed from the draft handed over to the next call for a draft; once MEASURED_PASSES are timed the
+    calibrated curve is scaled by the median of timed over calibrated, pooled over every size: its shape stays the
+    calibration's, and one size timed in a slow spell moves no cost on its own."""
     from draftsmith.drafters import DecodeState
     from draftsmith.drafters import hybrid as module
 
@@ -94,7 +97,7 @@ def test_passes_timed_while_decoding_replace_the_calibrated_cost_of_their_size_a
         draft = hybrid.propose(state, DraftShape(1), Sampling())  # the drafter's chain of 1: a pass of 2 tokens
         assert len(draft) == 1
         clock[0] += seconds  # the decoder verifies
-    assert hybrid.cost() == {1: 1.0, 2: 1.0, 3: 2.0}  # three timed passes of 2 tokens: not enough yet
+    assert hybrid.cost() == {1: 1.0, 2: 1.0, 3: 2.0}  # three timed passes: not enough yet
     hybrid.propose(state, DraftShape(1), Sampling())
     assert hybrid.cost() == pytest.approx({1: 1.5, 2: 1.5, 3: 3.0})  # timed 1.5x the calibration: all scaled
     hybrid.reset()  # the gap across requests (prefill) is no pass
@@ -103,6 +106,8 @@ def test_passes_timed_while_decoding_replace_the_calibrated_cost_of_their_size_a
     assert hybrid.cost() == pytest.approx({1: 1.5, 2: 1.5, 3: 3.0})
     assert hybrid.describe()["pass_ms_timed"] == {2: 1500.0}
     assert hybrid.describe()["pass_ms_calibrated"] == {1: 1000.0, 2: 1000.0, 3: 2000.0}  # reports show both
+    hybrid.pass_seconds[1] = deque([4.0] * 3)  # three plain passes in a slow spell: the median holds
+    assert hybrid.cost() == pytest.approx({1: 1.5, 2: 1.5, 3: 3.0})
     untimed = HybridProposer(SuffixProposer(), AlwaysWrong(0), verify_cost={1: 1.0, 2: 1.0}, timed=False)
     for _ in range(6):
         untimed.propose(state, DraftShape(1), Sampling())

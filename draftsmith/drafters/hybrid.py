@@ -31,12 +31,14 @@ suffix node.
 
 What a pass costs is measured twice. `calibrate` times bare target passes before decoding; then, as the hybrid decodes,
 each pass of n tokens is timed from the moment its draft is handed to the decoder to the next call for a draft
-(verify, acceptance, the cache and the captured features: what the pass really costs in this decoder), and t(n) is
-the mean of the recent passes of that size once MEASURED_PASSES have been seen, else the calibrated t(n) scaled by how
-far the measured sizes are from their calibration. The bare curve misses part of the cost of a pass, and at one
-drafter token that part decides: on the AVX2 bench machine the calibrated t(2)/t(1) was 0.98 to 1.00, while in one
-decode on translation prompts a pass with one drafter token cost 1.05x a plain pass (the drafter there is right
-about one time in seven, near where it stops paying).
+(verify, acceptance, the cache and the captured features: what the pass really costs in this decoder). Once
+MEASURED_PASSES have been timed, t(n) is the calibrated t(n) times the median, over the recent timed passes of every
+size, of timed over calibrated: the calibration, which interleaves the sizes, gives the shape of the curve, the
+passes as decoded its level (against which the drafter's own seconds are weighed). Timed means per size were tried
+as the curve itself and failed: sizes come at different times and some in special passes, so on a host whose speed
+drifts they disagree by more than the curve varies (on the suite, 100 prompts twice, the recent plain passes
+averaged 39.5 ms and the 3-token ones 24.7, calibrated 23.0 and 26.1); the plan then saw a drafter pass 40% cheaper
+than a plain one and drafted on translation prompts, where the drafter is right one time in thirty.
 
 Exactness. Greedy: any draft gives the target's own tokens. Sampling: suffix candidates are point-mass drafts
 (q = 1 on the token), so a merged tree is verified as a tree of one-hot candidates (DESIGN §3, `verify_tree`),
@@ -62,9 +64,7 @@ from draftsmith.eval.small_batch import MAX_ROWS
 PRIOR = 2
 """the rate over all requests counts as this many drafts in a request's own acceptance estimate"""
 MEASURED_PASSES = 16
-"""passes of a size timed while decoding before their mean replaces the calibrated t(n) of that size. Fewer are too
-few: a size can be rare and come in special passes (on one translation run 4 plain passes took 84 ms, the suffix
-method's 96 plain passes 63 ms on average), and a t(1) read from them makes every drafter token look free."""
+"""passes timed while decoding before their median ratio to the calibrated t(n) rescales the curve"""
 PROBE_EVERY = 16
 """a request's drafter, skipped this many passes in a row, runs once more (so its estimate can recover)"""
 PROBE_LIMIT = 64
@@ -209,7 +209,8 @@ class HybridProposer:
                 "skips_drafter": self.verify_cost is not None,
                 "pass_ms_calibrated": {n: round(1e3 * seconds, 3)
                                        for n, seconds in sorted((self.verify_cost or {}).items())},
-                "pass_ms_timed": {n: round(1e3 * fmean(times), 3) for n, times in sorted(self.pass_seconds.items())}}
+                "pass_ms_timed": {n: round(1e3 * fmean(times), 3) for n, times in sorted(self.pass_seconds.items())},
+                "pass_scale": round(self.cost()[1] / self.verify_cost[1], 3) if self.verify_cost and self.timed else None}
 
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
         """Suffix candidates, the drafter's draft, or both merged into one tree; the previous pass is timed."""
@@ -222,14 +223,16 @@ class HybridProposer:
         return draft
 
     def cost(self) -> dict[int, float] | None:
-        """t(n) as the plan reads it: the mean of the recent timed passes of n tokens where MEASURED_PASSES were
-        timed, else the calibrated t(n) times the median ratio of timed to calibrated over the sizes timed."""
+        """t(n) as the plan reads it: the calibrated t(n) times the median ratio of timed to calibrated seconds over
+        the recent timed passes of every calibrated size, once MEASURED_PASSES have been timed; else as calibrated."""
         if self.verify_cost is None or not self.timed:
             return self.verify_cost
-        timed = {n: fmean(times) for n, times in self.pass_seconds.items() if len(times) >= MEASURED_PASSES}
-        ratios = [seconds / self.verify_cost[n] for n, seconds in timed.items() if n in self.verify_cost]
-        scale = median(ratios) if ratios else 1.0
-        return {**{n: scale * seconds for n, seconds in self.verify_cost.items()}, **timed}
+        ratios = [seconds / self.verify_cost[n] for n, times in self.pass_seconds.items() if n in self.verify_cost
+                  for seconds in times]
+        if len(ratios) < MEASURED_PASSES:
+            return self.verify_cost
+        scale = median(ratios)
+        return {n: scale * seconds for n, seconds in self.verify_cost.items()}
 
     def _propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
         committed = state.tokens[0].tolist()
