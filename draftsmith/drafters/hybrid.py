@@ -210,7 +210,7 @@ class HybridProposer:
                 "pass_ms_calibrated": {n: round(1e3 * seconds, 3)
                                        for n, seconds in sorted((self.verify_cost or {}).items())},
                 "pass_ms_timed": {n: round(1e3 * fmean(times), 3) for n, times in sorted(self.pass_seconds.items())},
-                "pass_scale": round(self.cost()[1] / self.verify_cost[1], 3) if self.verify_cost and self.timed else None}
+                "pass_scale": self._scale()}
 
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
         """Suffix candidates, the drafter's draft, or both merged into one tree; the previous pass is timed."""
@@ -233,6 +233,13 @@ class HybridProposer:
             return self.verify_cost
         scale = median(ratios)
         return {n: scale * seconds for n, seconds in self.verify_cost.items()}
+
+    def _scale(self) -> float | None:
+        """The factor the timed passes put on the calibrated curve (1 until MEASURED_PASSES), for reports."""
+        if not self.verify_cost or not self.timed:
+            return None
+        smallest = min(self.verify_cost)
+        return round(self.cost()[smallest] / self.verify_cost[smallest], 3)
 
     def _propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
         committed = state.tokens[0].tolist()
