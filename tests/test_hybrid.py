@@ -107,7 +107,8 @@ def test_passes_timed_while_decoding_rescale_the_calibrated_curve_by_their_media
     assert hybrid.describe()["pass_ms_timed"] == {2: 1500.0}
     assert hybrid.describe()["pass_ms_calibrated"] == {1: 1000.0, 2: 1000.0, 3: 2000.0}  # reports show both
     assert hybrid.describe()["pass_scale"] == 1.5
-    hybrid.pass_seconds[1] = deque([4.0] * 3)  # three plain passes in a slow spell: the median holds
+    hybrid.pass_seconds[2].extend([1.5] * 4)
+    hybrid.pass_seconds[1] = deque([4.0] * 4)  # MEASURED_PASSES plain passes in a slow spell: the median holds
     assert hybrid.cost() == pytest.approx({1: 1.5, 2: 1.5, 3: 3.0})
     untimed = HybridProposer(SuffixProposer(), AlwaysWrong(0), verify_cost={1: 1.0, 2: 1.0}, timed=False)
     for _ in range(6):
