@@ -18,7 +18,7 @@ CALIBRATION_REPEATS = 15
 """passes per size when a verify-cost curve is measured. Whether to add one draft token to a pass turns on t(2) / t(1),
 a few percent from 1 on a CPU: with 5 repeats three calibrations on one machine gave 0.94 to 1.07 (a token that seems
 free or dear by chance), with 15, 0.98 to 1.00 (5 s for the hybrid bench's 11 sizes on a Zen 4 CPU). On a host whose speed
-drops for seconds at a time, 5 repeats gave one calibration t(n)/t(1) of 0.48 for most n."""
+drops for seconds at a time, 5 repeats gave one calibration t(n)/t(1) of 0.47 to 0.52 for six of eight sizes."""
 
 
 @torch.no_grad()
