@@ -213,8 +213,8 @@ def test_each_missed_probe_doubles_the_passes_to_the_next_and_a_hit_resets_them(
     expected = [min(PROBE_EVERY * 2**i, PROBE_LIMIT) + 1 for i in range(len(gaps))]
     assert len(gaps) >= 4 and gaps == expected, (at, gaps)  # 17, 33, 65, 65, ...
 
-    hybrid.probe_after, hybrid.probing = PROBE_LIMIT, True  # a probe whose first token the target then commits
-    hybrid.pending = (3, [7, 9], [-1, 0])
+    hybrid.probe_after = PROBE_LIMIT
+    hybrid.pending = (3, [7, 9], [-1, 0], True)  # a probe whose first token the target then commits
     hybrid._learn([1, 2, 3, 7, 5])
     assert hybrid.probe_after == PROBE_EVERY
 

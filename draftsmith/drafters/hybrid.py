@@ -177,12 +177,11 @@ class HybridProposer:
         """Start a new request (the suffix proposer remembers the last one's output); measurements are kept."""
         self.suffix.reset()
         self.drafter.reset()
-        self.pending: tuple[int, list[int], list[int]] | None = None
+        self.pending: tuple[int, list[int], list[int], bool] | None = None  # (at, tokens, parents, a probe)
         self.warm = False  # a request's first draft also runs the drafter over the prompt: not a typical cost
         self.request_by_depth: list[list[int]] = []  # this request's drafts: per depth [accepted, offered]
         self.skipped = 0  # passes in a row this request has skipped the drafter
         self.probe_after = PROBE_EVERY  # skipped passes before the next probe: doubles after each missed probe
-        self.probing = False  # the pending draft is a probe
         self.sent: tuple[int, float] | None = None  # (tokens in the pass, when its draft was handed over)
 
     def calibrate(self, target, longest: int) -> dict[int, float]:
@@ -257,7 +256,6 @@ class HybridProposer:
         if plan is not None:  # else a probe: the drafter's whole draft beside every suffix node
             kept, own = plan
             found = Candidates(found.tokens[:kept], found.parents[:kept], found.scores[:kept])
-        self.probing = plan is None
         self.skipped = 0
         start = time.perf_counter()
         draft = self.drafter.propose(state, own, sampling)
@@ -268,7 +266,7 @@ class HybridProposer:
         self.warm = True
         self.draft_sizes.append(len(draft))
         if len(draft):
-            self.pending = (len(committed), draft.tokens.tolist(), _parents_of(draft))
+            self.pending = (len(committed), draft.tokens.tolist(), _parents_of(draft), plan is None)
         if not found.tokens:  # the drafter's own draft, with its q when it sampled
             self.passes["drafter"] += 1
             return draft
@@ -322,10 +320,10 @@ class HybridProposer:
         decoding exactly what the drafter alone would have had accepted."""
         if self.pending is None:
             return
-        at, tokens, parents = self.pending
+        at, tokens, parents, probe = self.pending
         self.pending = None
         accepted, offered = accepted_depth(tokens, parents, committed[at:])
-        if self.probing:
+        if probe:
             self.probe_after = PROBE_EVERY if accepted else min(2 * self.probe_after, PROBE_LIMIT)
         for counts in (self.by_depth, self.request_by_depth):
             while len(counts) < offered:
