@@ -62,7 +62,7 @@ def test_reordered_rows_decode_the_same_tokens_and_a_form_that_disagrees_is_neve
     monkeypatch.setattr(small_batch, REORDERED[form], lambda *args: torch.zeros(*args[-1].shape[:-1], args[0].shape[0]))
     monkeypatch.setattr(small_batch, "MARGIN", 100.0)  # any form counts as faster: only agreement can refuse it
     chosen = small_batch.tune(tiny_llama.model, max_rows=3, repeats=1)["rows"]
-    assert len(chosen) == 3 and form not in chosen.values()
+    assert {1, 2, 3} <= set(chosen) and form not in chosen.values()  # nor at the prompts' row counts
 
 
 def test_install_routes_only_the_given_row_counts_and_remove_undoes_it(monkeypatch, tiny_llama):
@@ -99,12 +99,41 @@ def test_decoding_with_it_installed_gives_the_same_tokens(tiny_llama):
 
 
 def test_tune_picks_the_rows_where_the_narrow_form_was_faster(tiny_llama):
-    result = small_batch.tune(tiny_llama.model, max_rows=4, repeats=3)
+    result = small_batch.tune(tiny_llama.model, max_rows=4, repeats=3, long_rows=())
     assert sorted(result["linear_ms"]) == [1, 2, 3, 4] and sorted(result["narrow_ms"]) == [1, 2, 3, 4]
     timed = {form: result[f"{form}_ms"] for form in small_batch.FORM_NAMES if result[f"{form}_ms"]}
     assert result["rows"] == small_batch.choose(timed)  # every form agrees with F.linear on this model
     assert bool(result["packed_ms"]) == torch._C.has_mkl  # float32 weights on a CPU: packed is timed where MKL is
     assert bool(result["onednn_ms"]) == small_batch.can_onednn(small_batch.linears(tiny_llama.model)[0])
+
+
+@pytest.mark.skipif(not (torch._C.has_mkl or small_batch.can_onednn(torch.nn.Linear(2, 2))), reason="no reordered form")
+def test_tune_times_prompt_rows_with_the_reordered_forms_and_routes_the_fastest(tiny_llama, monkeypatch):
+    monkeypatch.setattr(small_batch, "MARGIN", 100.0)  # every form counts as faster than F.linear
+    result = small_batch.tune(tiny_llama.model, max_rows=2, repeats=1, long_rows=(1, 32, 128))
+    assert sorted(result["linear_ms"]) == [1, 2, 32, 128] and sorted(result["narrow_ms"]) == [1, 2]  # 1: a few
+    for n in (32, 128):  # W·xᵀ is for a few rows: not timed there
+        timed = {form: result[f"{form}_ms"][n] for form in ("packed", "onednn") if n in result[f"{form}_ms"]}
+        assert timed[result["rows"][n]] == min(timed.values())  # (times as reported: rounded, so ties may show)
+    monkeypatch.setattr(small_batch, "MARGIN", 0.0)  # nothing beats F.linear: prompts keep it
+    assert set(small_batch.tune(tiny_llama.model, max_rows=2, repeats=1, long_rows=(32,))["rows"]) <= {1, 2}
+
+
+def test_a_row_count_above_the_few_takes_the_form_of_the_long_size_at_or_above_it(tiny_llama, monkeypatch):
+    rows = {2: "narrow", 32: "onednn", 512: "packed"}
+    assert [small_batch.routed(rows, n) for n in (2, 3, 16, 17, 32, 33, 128, 129, 512, 4096)] == [
+        "narrow", None, None, "onednn", "onednn", None, None, "packed", "packed", "packed"]
+    assert [small_batch.rows_label(n) for n in (5, 32, 128, 512)] == ["5", "17-32", "33-128", "129+"]
+    calls, real = [], small_batch.narrow_linear
+    monkeypatch.setattr(small_batch, "narrow_linear", lambda w, b, x: calls.append(x.shape[-2]) or real(w, b, x))
+    small_batch.install(tiny_llama.model, {32: "narrow"})
+    try:
+        with torch.no_grad():
+            for n in (16, 20, 40):
+                tiny_llama.model(input_ids=torch.arange(3, 3 + n)[None])
+    finally:
+        small_batch.remove(tiny_llama.model)
+    assert calls and set(calls) == {20}  # 16: a few rows, not routed; 40: the 128 band, not routed
 
 
 def test_choose_keeps_the_overall_fastest_form_unless_another_beats_it_by_the_margin():

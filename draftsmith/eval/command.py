@@ -80,8 +80,9 @@ class EvalConfig:
     (not with --save-traces, whose traces are of fixed lengths); false = always the full length"""
     small_batch_linear: bool = True
     """CPU: time torch's linear layers against W·xᵀ and (float32 weights) MKL's packed GEMM and oneDNN's reordered
-    linear on the target's weights for 1..16-row inputs (a few seconds, not timed) and use a faster form for each
-    row count (small_batch.choose), in the target and the drafter; our plain loop, the speculative decoder and
+    linear on the target's weights for 1..16-row inputs and prompts of 32, 128 and 512 rows (a few seconds, not
+    timed) and use a faster form for each row count (small_batch.choose; a longer input: the form of the nearest
+    prompt size at or above it), in the target and the drafter; our plain loop, the speculative decoder and
     generate() all run the same layers. false = torch's own linear everywhere"""
     dtype: str = "float32"
     """dtype of the target (and of an hf: drafter): float32, bfloat16, float16"""

@@ -22,7 +22,13 @@ layers took (median of 5) 46 / 80 / 75 / 50 / 69 ms through F.linear for 1 / 2 /
 67 / 85 as W·xᵀ, and 18 / 22 / 20 / 25 / 26 through oneDNN: the flattest curve, and the fastest single row. It
 too keeps a copy of every routed weight, under the same PACK_LIMIT_BYTES.
 
-`tune` times the forms on the model's own weights for 1..max_rows rows and `install` routes each row
+Prompts go through the same layers with many rows (the target's prefill, a drafter's first pass over the prompt):
+on the Zen 4 CPU above oneDNN's form took 35 / 93 / 338 / 1239 ms for 32 / 128 / 512 / 2048 rows over SmolLM2's
+linear layers where F.linear (MKL) took 83 / 216 / 787 / 2950, and HumanEval's prefill (136 tokens on average) fell
+from 0.21 to 0.11 s. So `tune` also times LONG_ROWS, and a row count above MAX_ROWS takes the form chosen at the
+nearest of those at or above it (the largest beyond them).
+
+`tune` times the forms on the model's own weights for 1..max_rows rows (and LONG_ROWS) and `install` routes each row
 count where a form beat F.linear by a clear margin to the form fastest over all row counts, or to another
 that beat that one there by the margin too (`choose`; a form whose output disagrees with F.linear beyond
 float rounding is never chosen); every other call is torch's own `F.linear`. Results
@@ -50,6 +56,12 @@ SmolLM2's linear layers, fp32 on a 2-core Xeon: 9..13 rows took 75-110 ms throug
 PACK_LIMIT_BYTES = 2 << 30
 """MKL's packed and oneDNN's forms are tried only where the model's linear weights take at most this many bytes
 (each adds a copy)"""
+LONG_ROWS = (32, 128, 512)
+"""row counts above MAX_ROWS that `tune` times, for prompts: a count n > MAX_ROWS takes the form routed at the first
+of these >= n (the last beyond them), or F.linear where none is routed there"""
+LONG_MACS = 16 * TUNE_PARAMS
+"""multiply-adds timed per pass at LONG_ROWS: a first share of the layers of at most this many weights x rows (these
+products are compute-bound, so a share stands for the whole; at least one layer)"""
 FORM_NAMES = ("linear", "narrow", "packed", "onednn")
 """torch's own F.linear, then the forms `tune` may route to, in the order its timings are reported"""
 
@@ -114,8 +126,17 @@ def narrow_linear(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tens
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
+def routed(rows: dict[int, str], n: int) -> str | None:
+    """The form `rows` (row count -> form, as `install` takes it) routes n rows to: n's own entry, or above MAX_ROWS the
+    entry of the first of LONG_ROWS at or above n (the last beyond them); None: F.linear."""
+    form = rows.get(n)
+    if form is None and n > MAX_ROWS:
+        form = rows.get(next((size for size in LONG_ROWS if size >= n), LONG_ROWS[-1]))
+    return form
+
+
 def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    form = self.narrow_rows.get(x.numel() // x.shape[-1])
+    form = routed(self.narrow_rows, x.numel() // x.shape[-1])
     if form == "narrow":
         return narrow_linear(self.weight, self.bias, x)
     if form in REORDERED and not torch.is_grad_enabled():
@@ -166,30 +187,26 @@ def installed_rows(model: nn.Module) -> dict[int, str]:
 
 
 @torch.no_grad()
-def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 5) -> dict:
+def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 5, long_rows: tuple[int, ...] = LONG_ROWS) -> dict:
     """Time F.linear against W·xᵀ and (where they can run) MKL's packed GEMM and oneDNN's reordered linear on the
-    model's own weights for 1..max_rows rows.
+    model's own weights for 1..max_rows rows, and F.linear against the reordered forms for `long_rows` (prompts).
 
     Returns {"rows": {n: form} for the row counts where a form beat F.linear by the margin (the form fastest over
     all row counts, unless another is faster than it there by the margin too: a pass of the whole model runs one
     form in every layer, and a form swapped in for a few percent measured on the linear layers alone can cost
     more than that in it: on a Zen 4 CPU 2 rows went to W·xᵀ at 25 against oneDNN's 26 ms over the linear layers,
-    and the target's 2-token pass then took 52 ms where its 1-, 3- and 4-token passes, all oneDNN, took 42-44),
-    "linear_ms", "narrow_ms", "packed_ms", "onednn_ms": {n: ms}, "seconds": s}; the forms alternate inside every round, so drift
-    hits all alike, and each time is the fastest of `repeats` passes: a host that slows for a second made the median
-    of 3 put oneDNN's 2- and 4-row passes at 34 and 32 ms (15 to 17 in other runs that hour) and send them to W·xᵀ.
-    CPU weights only."""
+    and the target's 2-token pass then took 52 ms where its 1-, 3- and 4-token passes, all oneDNN, took 42-44; at
+    `long_rows` simply the fastest that beat F.linear by the margin), "linear_ms", "narrow_ms", "packed_ms",
+    "onednn_ms": {n: ms}, "seconds": s}; the forms alternate inside every round, so drift hits all alike, and each
+    time is the fastest of `repeats` passes: a host that slows for a second made the median of 3 put oneDNN's 2- and
+    4-row passes at 34 and 32 ms (15 to 17 in other runs that hour) and send them to W·xᵀ. A time at `long_rows` is
+    over the first layers of at most LONG_MACS / n weights, not the whole model. CPU weights only."""
     began = time.perf_counter()
     everything = linears(model)
     empty = {"rows": {}, "linear_ms": {}, "narrow_ms": {}, "packed_ms": {}, "onednn_ms": {}, "seconds": 0.0}
     if not everything or any(layer.weight.device.type != "cpu" for layer in everything):
         return empty
-    layers, total = [], 0
-    for layer in everything:
-        if total >= TUNE_PARAMS:
-            break
-        layers.append(layer)
-        total += layer.weight.numel()
+    layers = _first_layers(everything, TUNE_PARAMS)
     forms = {"linear": lambda layer, x: F.linear(x, layer.weight, layer.bias),
              "narrow": lambda layer, x: narrow_linear(layer.weight, layer.bias, x)}
     weight_bytes = sum(layer.weight.numel() * layer.weight.element_size() for layer in everything)
@@ -197,32 +214,59 @@ def tune(model: nn.Module, max_rows: int = MAX_ROWS, repeats: int = 5) -> dict:
         if all(serves(layer) for layer in layers) and weight_bytes <= PACK_LIMIT_BYTES:
             copies = {id(layer): prepare(layer.weight) for layer in layers}
             forms[name] = lambda layer, x, run=run, copies=copies: run(layer, copies[id(layer)], x)
-    generator = torch.Generator().manual_seed(0)
     for run in forms.values():  # one untimed pass each: first touches of fresh (packed) weights are not its cost
         for layer in layers:
             run(layer, torch.zeros(2, layer.in_features, dtype=layer.weight.dtype))
-    times = {(form, n): [] for form in forms for n in range(1, max_rows + 1)}
-    agrees = {form: True for form in forms}
-    for n in range(1, max_rows + 1):
-        inputs = [torch.randn(n, layer.in_features, generator=generator).to(layer.weight.dtype) for layer in layers]
-        reference = F.linear(inputs[0], layers[0].weight, layers[0].bias).float()
-        for form, run in forms.items():  # a form that computes something else is never chosen
-            error = (run(layers[0], inputs[0]).float() - reference).abs().max()
-            agrees[form] &= bool(error <= 1e-3 * max(float(reference.abs().max()), 1.0))
-        for round_ in range(repeats):
-            for form in (list(forms) if round_ % 2 == 0 else list(reversed(forms))):
-                run = forms[form]
-                start = time.perf_counter()
-                for layer, x in zip(layers, inputs):
-                    run(layer, x)
-                times[(form, n)].append(time.perf_counter() - start)
-    fastest = {key: min(values) * 1000 for key, values in times.items()}
+    generator, agrees = torch.Generator().manual_seed(0), dict.fromkeys(forms, True)
+    few = range(1, max_rows + 1)
+    long_rows = [n for n in long_rows if n > max_rows]
+    fastest = {}
+    for n in [*few, *long_rows]:
+        timed = forms if n <= max_rows else {form: run for form, run in forms.items() if form != "narrow"}
+        share = layers if n <= max_rows else _first_layers(layers, LONG_MACS // n)
+        fastest.update(_time_forms(timed, share, n, repeats, generator, agrees))
     usable = ["linear", *(form for form in forms if form != "linear" and agrees[form])]
-    rows = choose({form: {n: fastest[(form, n)] for n in range(1, max_rows + 1)} for form in usable})
+    rows = choose({form: {n: fastest[(form, n)] for n in few} for form in usable})
+    for n in long_rows:
+        beat = [form for form in usable if form not in ("linear", "narrow")
+                and fastest[(form, n)] < MARGIN * fastest[("linear", n)]]
+        if beat:
+            rows[n] = min(beat, key=lambda form: fastest[(form, n)])
     result = {"rows": rows, "seconds": round(time.perf_counter() - began, 2)}
     for form in FORM_NAMES:
-        result[f"{form}_ms"] = {n: round(fastest[(form, n)], 2) for n in range(1, max_rows + 1)} if form in forms else {}
+        result[f"{form}_ms"] = {n: round(fastest[(form, n)], 2) for n in [*few, *long_rows]
+                                if (form, n) in fastest} if form in forms else {}
     return result
+
+
+def _first_layers(layers: list[nn.Linear], weights: int) -> list[nn.Linear]:
+    """The first of `layers` until they hold `weights` weights (at least one)."""
+    chosen, total = [], 0
+    for layer in layers:
+        if chosen and total >= weights:
+            break
+        chosen.append(layer)
+        total += layer.weight.numel()
+    return chosen
+
+
+def _time_forms(forms: dict, layers: list[nn.Linear], n: int, repeats: int, generator: torch.Generator,
+                agrees: dict[str, bool]) -> dict[tuple[str, int], float]:
+    """{(form, n): ms}, the fastest of `repeats` passes of each form over `layers` with n rows, the forms alternating
+    inside every round; `agrees[form]` turns False where a form's output on the first layer is not F.linear's."""
+    inputs = [torch.randn(n, layer.in_features, generator=generator).to(layer.weight.dtype) for layer in layers]
+    reference = F.linear(inputs[0], layers[0].weight, layers[0].bias).float()
+    for form, run in forms.items():  # a form that computes something else is never chosen
+        error = (run(layers[0], inputs[0]).float() - reference).abs().max()
+        agrees[form] &= bool(error <= 1e-3 * max(float(reference.abs().max()), 1.0))
+    times = {form: [] for form in forms}
+    for round_ in range(repeats):
+        for form in (list(forms) if round_ % 2 == 0 else list(reversed(forms))):
+            start = time.perf_counter()
+            for layer, x in zip(layers, inputs):
+                forms[form](layer, x)
+            times[form].append(time.perf_counter() - start)
+    return {(form, n): min(values) * 1000 for form, values in times.items()}
 
 
 def choose(times: dict[str, dict[int, float]]) -> dict[int, str]:
@@ -248,14 +292,23 @@ def tune_and_install(model: nn.Module, max_rows: int = MAX_ROWS) -> dict:
     install(model, result["rows"])
     if result["linear_ms"]:
         def cell(n):
-            return "/".join(f"{result[f'{form}_ms'][n]:.0f}" for form in FORM_NAMES if result.get(f"{form}_ms"))
+            return "/".join(f"{result[f'{form}_ms'][n]:.0f}" if n in result[f"{form}_ms"] else "-"
+                            for form in FORM_NAMES if result.get(f"{form}_ms"))
         rows = result["rows"] if isinstance(result["rows"], dict) else dict.fromkeys(result["rows"], "narrow")
-        routed = ", ".join(f"{n}: {form}" for n, form in rows.items()) or "none"
+        routed = ", ".join(f"{rows_label(n)}: {form}" for n, form in rows.items()) or "none"
         forms = "torch/W·xᵀ" + ("/MKL packed" if result.get("packed_ms") else "") + ("/oneDNN" if result.get("onednn_ms") else "")
         shown = ", ".join(f"{n}: {cell(n)}" for n in result["linear_ms"])
         print(f"small-batch linear: rows routed {routed} (ms per pass over the weights, {forms} by rows: {shown}; "
-              f"measured in {result['seconds']:.1f} s)", flush=True)
+              f"above {max_rows} rows over a share of the layers; measured in {result['seconds']:.1f} s)", flush=True)
     return result
+
+
+def rows_label(n: int) -> str:
+    """The row counts an entry of `install`'s rows serves: "n", or for LONG_ROWS the band up to it ("17-32", "129+")."""
+    if n <= MAX_ROWS or n not in LONG_ROWS:
+        return str(n)
+    below = max([MAX_ROWS, *(size for size in LONG_ROWS if size < n)])
+    return f"{below + 1}+" if n == LONG_ROWS[-1] else f"{below + 1}-{n}"
 
 
 def proposer_modules(proposer, target) -> list[nn.Module]:
