@@ -1,6 +1,7 @@
 """EAGLE-3 / EAGLE-1 drafter: training-time test equals autoregressive decoding, loss, saving, vocab, decoding."""
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -388,3 +389,50 @@ def test_a_drafter_refuses_a_target_with_another_tokenizer(tiny_llama, tmp_path)
     with pytest.raises(DraftsmithError, match="does not fit target 'tiny-other'.*tokenizer"):
         eagle.load_proposer(tmp_path / "d", other)
     eagle.load_proposer(tmp_path / "d", target)  # its own target loads
+
+
+@pytest.mark.parametrize("variant,num_layers", [("eagle3", 1), ("peagle", 1), ("peagle", 2)])
+def test_cod_sampling_runs_each_step_on_a_nested_share_of_the_indices_with_the_dense_values(tiny_llama, variant,
+                                                                                             num_layers):
+    """P-EAGLE's COD sampling (drafter.cod_ratio): step j learns from ceil(real x max(ratio^j, min)) of a row's
+    indices, each step's inside the step before's, and what a step computes at an index is what the dense TTT
+    computes there; the draw follows the micro-batch's place in the stream; validation scores every index."""
+    target = frozen(tiny_llama)
+    options = {"variant": variant, "ttt_steps": 4, "num_layers": num_layers, "cod_ratio_min": 0.2}
+    torch.manual_seed(0)
+    drafter = eagle.create(eagle.Config(cod_ratio=0.5, **options), target, draft_vocab(target, 48)).train()
+    batch = make_batch(target, drafter, batch=2, length=24)
+    batch["loss_mask"][1, :10], batch["micro_batch"] = 0, 3
+    at, kept = eagle._indices_leading_to(batch["loss_mask"].bool(), 4)
+    shuffled, counted, widths = drafter._cod_sample(at, kept, batch)
+    real = kept.sum(1).tolist()
+    for j, share in enumerate([1, 0.5, 0.25, 0.2]):
+        assert counted[j].sum(1).tolist() == [math.ceil(count * share) for count in real]
+        assert widths[j] == max(math.ceil(count * share) for count in real) and counted[j].shape[1] == widths[j]
+        if j:
+            assert bool((counted[j] <= counted[j - 1][:, : widths[j]]).all())  # nested
+    for row in range(2):  # step 0 learns from every real index of the row, each once
+        assert sorted(shuffled[row, : widths[0]][counted[0][row]].tolist()) == sorted(at[row][kept[row]].tolist())
+    with torch.no_grad():
+        dense = drafter.ttt_forward(batch["input_ids"], batch["features"], batch["attention_mask"], at=at)
+        sampled = drafter.ttt_forward(batch["input_ids"], batch["features"], batch["attention_mask"], at=shuffled,
+                                      widths=widths)
+    for j in range(4):
+        assert sampled[j].shape[1] == widths[j] < at.shape[1] or j == 0
+        for row in range(2):
+            where = (at[row][None, :] == shuffled[row, : widths[j], None]).float().argmax(1)
+            torch.testing.assert_close(sampled[j][row], dense[j][row, where], atol=1e-5, rtol=1e-4)
+    again, _, _ = drafter._cod_sample(at, kept, batch)
+    other, _, _ = drafter._cod_sample(at, kept, {**batch, "micro_batch": 4})
+    assert torch.equal(again, shuffled) and not torch.equal(other, shuffled)
+    loss, metrics = drafter.loss(batch, target.head)
+    loss.backward()  # the sampled steps train
+    assert drafter.layers[0].self_attn["q_proj"].weight.grad.abs().sum() > 0 and set(metrics) >= {"acc_3", "loss_3"}
+    every = eagle.create(eagle.Config(**options), target, draft_vocab(target, 48))
+    every.load_state_dict(drafter.state_dict())
+    with torch.no_grad():  # validation: every index, as without COD
+        assert float(drafter.eval().loss(batch, target.head)[0]) == pytest.approx(
+            float(every.eval().loss(batch, target.head)[0]), rel=1e-6)
+    for bad in ({"cod_ratio": 0.0}, {"cod_ratio_min": 1.5}, {"variant": "eagle1", "cod_ratio": 0.7}):
+        with pytest.raises(DraftsmithError, match="cod_ratio"):
+            eagle.Config(**bad).validate()

@@ -63,6 +63,13 @@ class Config(LossOptions):
     token, else its pad token, else its end-of-sequence token"""
     step_weight: float = 0.8
     """loss = sum over TTT steps j of step_weight^j * loss_j"""
+    cod_ratio: float = 1.0
+    """eagle3, peagle: TTT step j >= 1 trains on a share max(cod_ratio^j, cod_ratio_min) of the indices step 0 trains
+    on, nested (each inside the step before's), drawn afresh every batch: P-EAGLE's conditional-drop (COD) sampling,
+    the speculators trainer's down_sample_ratio (its P-EAGLE default 0.7), so the later steps cost less of a training
+    step. 1: every step at every index. Validation scores every index either way"""
+    cod_ratio_min: float = 0.2
+    """the smallest share cod_ratio leaves a step (speculators' down_sample_ratio_min)"""
     intermediate_size: int | None = None
     """MLP width of the draft layer; default the target's"""
     num_layers: int = 1
@@ -98,6 +105,11 @@ class Config(LossOptions):
             raise DraftsmithError("eagle: fc_norm and norm_output (EAGLE 3.1) are options of eagle3 and peagle.")
         if self.layers is not None and self.variant != "eagle1" and len(self.layers) != 3:
             raise DraftsmithError(f"{self.variant} fuses three feature layers; got layers={self.layers}.")
+        if not (0 < self.cod_ratio <= 1 and 0 < self.cod_ratio_min <= 1):
+            raise DraftsmithError(f"eagle: cod_ratio and cod_ratio_min must be in (0, 1], got {self.cod_ratio} and "
+                                  f"{self.cod_ratio_min}.")
+        if self.cod_ratio < 1 and self.variant == "eagle1":
+            raise DraftsmithError("eagle: cod_ratio (COD sampling of the TTT steps) is an option of eagle3 and peagle.")
         if self.mask_token_id is not None and self.variant != "peagle":
             raise DraftsmithError("eagle: mask_token_id is an option of the peagle variant.")
 
@@ -215,9 +227,11 @@ class Drafter(nn.Module):
         return self.output(hidden), tuple(grown)
 
     # ---- training
-    def ttt_forward(self, input_ids, features, attention_mask=None, steps=None, at=None) -> list[torch.Tensor]:
+    def ttt_forward(self, input_ids, features, attention_mask=None, steps=None, at=None, widths=None
+                    ) -> list[torch.Tensor]:
         """Training-time test: the output hidden of every step (step j at index t = position t + j), [B, S, H],
-        or [B, A, H] at the indices `at` [B, A] only. Step 0's keys and values cover every index (any query
+        or [B, A, H] at the indices `at` [B, A] only; with `widths` (one per step, not rising), step j runs at the
+        first widths[j] of `at` only ([B, widths[j], H]: COD sampling, `at` in a random order). Step 0's keys and values cover every index (any query
         may attend to them; with more than one layer, the layers below the last run step 0 at every index for
         the keys above them); everything else, the last layer's MLP included, runs only where it is asked for.
         Step j reads token x_{t+1+j} and step j-1's output (EAGLE-3), or the mask token and mask hidden (P-EAGLE:
@@ -245,12 +259,14 @@ class Drafter(nn.Module):
         for j in range(steps):
             ahead.zero_()
             ahead[:, : max(length - 1 - j, 0)] = input_ids[:, 1 + j :]  # x_{t+1+j}; beyond the end: unused
+            width = at.shape[1] if widths is None or j == 0 else widths[j]  # a prefix of `at`: later steps fewer
+            here = at[:, :width]
             if j == 0:
                 ids, positions = ahead, every
             elif self.parallel:
-                (ids, hidden), positions = self.mask_inputs(at), at + j
+                (ids, hidden), positions = self.mask_inputs(here), here + j
             else:
-                ids, positions = ahead.gather(1, at), at + j
+                ids, positions, hidden = ahead.gather(1, here), here + j, hidden[:, :width]
             embeds, hidden, (cos, sin) = self.inputs(ids, hidden, positions)
             for i, layer in enumerate(self.layers):
                 q, k, v, residual = layer.project(embeds, hidden, cos, sin)
@@ -262,7 +278,9 @@ class Drafter(nn.Module):
                 if j == 0 and at is not every:
                     q = q.gather(2, at[:, None, :, None].expand(-1, q.shape[1], -1, q.shape[-1]))
                     residual = residual.gather(1, at[..., None].expand(-1, -1, residual.shape[-1]))
-                hidden = layer.finish(ttt_attention(q, keys[i], values[i], sees), residual)
+                step_keys = [keys[i][0], *(key[:, :, :width] for key in keys[i][1:])]
+                step_values = [values[i][0], *(value[:, :, :width] for value in values[i][1:])]
+                hidden = layer.finish(ttt_attention(q, step_keys, step_values, sees[:, :, :width]), residual)
             hidden = self.output(hidden)
             outputs.append(hidden)
         return outputs
@@ -277,7 +295,10 @@ class Drafter(nn.Module):
         loss_mask = batch["loss_mask"].bool()
         length, steps = loss_mask.shape[1], self.config.ttt_steps
         at, kept = _indices_leading_to(loss_mask, steps)
-        outputs = self.ttt_forward(batch["input_ids"], features, batch.get("attention_mask"), at=at)
+        widths, counted = None, None
+        if self.training and self.config.cod_ratio < 1:
+            at, counted, widths = self._cod_sample(at, kept, batch)
+        outputs = self.ttt_forward(batch["input_ids"], features, batch.get("attention_mask"), at=at, widths=widths)
         last = features[self.last_layer]
         labelled = predicting_positions(loss_mask)  # positions s whose next token is learned
         stored = {key: value[labelled] for key, value in batch["target_topk"].items()} if "target_topk" in batch else None
@@ -288,10 +309,12 @@ class Drafter(nn.Module):
         for j, hidden in enumerate(outputs):
             if length - 2 - j <= 0:  # no index t predicts a token x_{t+2+j} inside the sequence
                 break
-            ahead = at + 2 + j
-            learned = kept & (ahead < length) & loss_mask.gather(1, ahead.clamp(max=length - 1))
+            here = at[:, : hidden.shape[1]]  # the indices step j ran at, and those it learns from
+            real = kept[:, : hidden.shape[1]] if counted is None else counted[j]
+            ahead = here + 2 + j
+            learned = real & (ahead < length) & loss_mask.gather(1, ahead.clamp(max=length - 1))
             rows, slots = learned.nonzero(as_tuple=True)
-            seen = at[rows, slots] + 1 + j  # the target's position t+1+j, whose distribution is learned
+            seen = here[rows, slots] + 1 + j  # the target's position t+1+j, whose distribution is learned
             label = label_of[rows, seen]
             logits = self.logits(hidden[rows, slots], target_head).float()
             step_loss = distribution_loss(self.config.loss, torch.log_softmax(logits, -1), target_p[label],
@@ -307,6 +330,27 @@ class Drafter(nn.Module):
             metrics[f"acc_{j}"] = float((guess == target_ids[label]).float().mean()) if label.numel() else 0.0
         metrics["loss"] = float(total.detach())
         return total, metrics
+
+    def _cod_sample(self, at: torch.Tensor, kept: torch.Tensor, batch: dict
+                    ) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
+        """COD sampling: `at` [B, A] put in a random order, a row's real indices (`kept`) first, and for each step j
+        which of them it learns from ([B, width_j]: in each row the first ceil(real * share_j) of them, share_j =
+        max(cod_ratio^j, cod_ratio_min), so each step's are inside the step before's) and how far into `at` it runs
+        (width_j: the most any row learns from). Seeded by the batch's tokens and its place in the training stream
+        (a resumed run draws the same)."""
+        draw = batch.get("micro_batch")
+        seed = int(batch["input_ids"].sum()) + (0 if draw is None else 998_244_353 * (int(draw) + 1))
+        noise = torch.rand(at.shape, generator=torch.Generator().manual_seed(seed)).to(at.device)
+        order = torch.argsort(noise - kept.to(noise.dtype), dim=1)  # real indices (noise - 1 < 0) first
+        real = kept.sum(1, keepdim=True)
+        rank = torch.arange(at.shape[1], device=at.device)[None]
+        counted, widths = [], []
+        for j in range(self.config.ttt_steps):
+            share = max(self.config.cod_ratio**j, self.config.cod_ratio_min)
+            learns = rank < torch.ceil(real * share)
+            widths.append(max(int(learns.sum(1).max()), 1))
+            counted.append(learns[:, : widths[-1]])
+        return at.gather(1, order), counted, widths
 
     @torch.no_grad()
     def _training_targets(self, last: torch.Tensor, target_head, stored: dict | None = None
