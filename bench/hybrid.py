@@ -8,7 +8,7 @@
 
 One process, one target, every prompt decoded by each method in alternating order (no method always first), T = 0:
 our plain loop; suffix matching alone (chains of up to --suffix-length, each cut to what pays for the measured
-verify cost); the drafter alone (chains of --draft-length, with the running-acceptance fallback that
+verify cost: the curve the hybrid calibrated, so that the two read one measurement); the drafter alone (chains of --draft-length, with the running-acceptance fallback that
 `draftsmith eval` gives EAGLE and MTP chains); and the hybrid (suffix candidates of up to --suffix-length merged with
 the drafter's chain of up to --draft-length in one tree per verify pass, the drafter skipped where a confident match
 makes it not worth its draft time, and each pass's chain length and suffix nodes those that pay for their cost). As
@@ -72,14 +72,17 @@ def main() -> None:
     rows = tuned["rows"]
     fallback = drafter_kind(args.drafter) in ("eagle", "mtp")  # what `draftsmith eval` does for these chains
     proposers = {
-        "suffix": (load_drafter("suffix", target, suffix_config=SuffixConfig(), draft_budget=args.suffix_length),
-                   DraftShape(args.suffix_length)),
+        "suffix": (load_drafter("suffix", target, suffix_config=SuffixConfig()), DraftShape(args.suffix_length)),
         "drafter": (load_drafter(args.drafter, target, draft_length=args.draft_length, fallback=fallback),
                     DraftShape(args.draft_length)),
         "hybrid": (load_drafter(f"hybrid:{args.drafter}", target, suffix_config=SuffixConfig(),
                                 draft_budget=args.suffix_length, draft_length=args.draft_length,
                                 hybrid_drafter_length=args.draft_length), DraftShape(args.suffix_length)),
     }
+    # one calibration for both: suffix alone cuts its chains by the hybrid's measured curve (which covers every
+    # size it drafts), so where the hybrid skips its drafter the two draft alike, and a difference between them is
+    # the drafter's, not that of two noisy calibrations (t(2)/t(1) came out 0.99 and 1.10 in one run, measured apart)
+    proposers["suffix"][0].verify_cost = dict(proposers["hybrid"][0].verify_cost)
     runs = decode_interleaved(beside_plain(target, proposers, rows, args.max_new_tokens), prompts, args.rounds)
     decoded = prompts * args.rounds  # the prompt of each entry of `runs`' lists
 
