@@ -231,9 +231,10 @@ class Drafter(nn.Module):
                     ) -> list[torch.Tensor]:
         """Training-time test: the output hidden of every step (step j at index t = position t + j), [B, S, H],
         or [B, A, H] at the indices `at` [B, A] only; with `widths` (one per step, not rising), step j runs at the
-        first widths[j] of `at` only ([B, widths[j], H]: COD sampling, `at` in a random order). Step 0's keys and values cover every index (any query
-        may attend to them; with more than one layer, the layers below the last run step 0 at every index for
-        the keys above them); everything else, the last layer's MLP included, runs only where it is asked for.
+        first widths[j] of `at` only ([B, widths[j], H]: COD sampling, `at` in a random order). Step 0's keys and
+        values cover every index (any query may attend to them; with more than one layer, the layers below the last
+        run step 0 at every index for the keys above them); everything else, the last layer's MLP included, runs
+        only where it is asked for.
         Step j reads token x_{t+1+j} and step j-1's output (EAGLE-3), or the mask token and mask hidden (P-EAGLE:
         so no step's input depends on another's output, and at decode time they are rows of one forward)."""
         steps = steps or self.config.ttt_steps
