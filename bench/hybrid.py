@@ -18,8 +18,8 @@ pool all R (a category's `prompts` then counts decodes: 10 prompts x 2 rounds = 
 
 Printed and recorded under results/hybrid/ (HumanEval) or results/hybrid_by_category/ (any other prompt set): τ,
 speedup over plain and the draft-time share of each method, overall and per category; the hybrid's passes by kind;
-and the checks of issue 34: overall, the hybrid at least 2.2x plain and 1.2x the better of suffix alone and drafter
-alone (the HumanEval goal); in every category, the hybrid at least the better of the two alone minus 3%; every
+and the checks of issue 34: on HumanEval, the hybrid at least 2.2x plain and 1.2x the better of suffix alone and
+drafter alone overall (checked only there); in every category, the hybrid at least the better of the two alone minus 3%; every
 output identical to plain.
 """
 
@@ -98,9 +98,9 @@ def main() -> None:
         print(f"{category:<16}" + "".join(f"{c['acceptance_length']:12.2f}{c['speedup']:12.2f}" for c in cells))
     hybrid = overall["hybrid"]["speedup_vs_plain"]
     best_single = max(overall[name]["speedup_vs_plain"] for name in singles)
-    checks = {
-        "hybrid_at_least_2_2x_plain": hybrid >= 2.2,
-        "hybrid_at_least_1_2x_the_better_single": hybrid >= 1.2 * best_single,
+    checks = {  # the overall goal is HumanEval's; a run over another prompt set is for its categories
+        **({"hybrid_at_least_2_2x_plain": hybrid >= 2.2,
+            "hybrid_at_least_1_2x_the_better_single": hybrid >= 1.2 * best_single} if args.prompts == "humaneval" else {}),
         "no_category_below_the_better_single_minus_3_percent": all(
             row["hybrid"]["speedup"] >= 0.97 * max(row[name]["speedup"] for name in singles)
             for row in by_category.values()),

@@ -419,9 +419,11 @@ def hybrid(result: dict) -> list[str]:
                          *(f"{fmt(row.get(m, {}).get('acceptance_length'))} / {fmt(row.get(m, {}).get('speedup'), 2, '×')}"
                            for m in methods)] for name, row in categories.items()])
     checks = result.get("checks", {})
-    return lines + [f"Hybrid ≥ 2.2× plain: {fmt(checks.get('hybrid_at_least_2_2x_plain'))}; ≥ 1.2× the better single "
-                    f"method: {fmt(checks.get('hybrid_at_least_1_2x_the_better_single'))}; no category below the better "
-                    f"single method − 3%: {fmt(checks.get('no_category_below_the_better_single_minus_3_percent'))}; "
+    goal = (f"Hybrid ≥ 2.2× plain: {fmt(checks.get('hybrid_at_least_2_2x_plain'))}; ≥ 1.2× the better single "
+            f"method: {fmt(checks.get('hybrid_at_least_1_2x_the_better_single'))}; "
+            if result.get("prompts") == "humaneval" else "")  # the HumanEval goal: not what a category run is for
+    return lines + [f"{goal}{'no' if goal else 'No'} category below the better single method − 3%: "
+                    f"{fmt(checks.get('no_category_below_the_better_single_minus_3_percent'))}; "
                     f"lossless: {fmt(checks.get('lossless'))}.", ""]
 
 
