@@ -19,8 +19,8 @@ pool all R (a category's `prompts` then counts decodes: 10 prompts x 2 rounds = 
 Printed and recorded under results/hybrid/ (HumanEval) or results/hybrid_by_category/ (any other prompt set): τ,
 speedup over plain and the draft-time share of each method, overall and per category; the hybrid's passes by kind;
 and the checks of issue 34: on HumanEval, the hybrid at least 2.2x plain and 1.2x the better of suffix alone and
-drafter alone overall (checked only there); in every category, the hybrid at least the better of the two alone minus 3%; every
-output identical to plain.
+drafter alone overall (checked only there); in every category, the hybrid at least the better of the two alone
+minus 3%; every output identical to plain.
 """
 
 from __future__ import annotations
