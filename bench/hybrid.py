@@ -10,9 +10,9 @@ One process, one target, every prompt decoded by each method in alternating orde
 our plain loop; suffix matching alone (chains of up to --suffix-length, each cut to what pays for the measured
 verify cost: the curve the hybrid calibrated, so that the two read one measurement); the drafter alone (chains of
 --draft-length, with the running-acceptance fallback that `draftsmith eval` gives EAGLE and MTP chains); and the
-hybrid (suffix candidates of up to --suffix-length merged with
-the drafter's chain of up to --draft-length in one tree per verify pass, the drafter skipped where a confident match
-makes it not worth its draft time, and each pass's chain length and suffix nodes those that pay for their cost). As
+hybrid (suffix candidates of up to --suffix-length merged with the drafter's chain of up to --draft-length in one
+tree per verify pass, the drafter skipped where a confident match makes it not worth its draft time, and each
+pass's chain length and suffix nodes those that pay for their cost). As
 in `draftsmith eval`, the target's and the drafter's linear layers take the few-row form `eval.small_batch` routes
 each row count to, for every method. With --rounds R every prompt is decoded R times by each method and the figures
 pool all R (a category's `prompts` then counts decodes: 10 prompts x 2 rounds = 20).
