@@ -217,3 +217,14 @@ def test_bad_tree_is_rejected(tiny_llama):
 
     with pytest.raises(DraftsmithError, match="parents"):
         speculative_generate(tiny_llama, Backwards([], "always", 320), PROMPT, DraftShape(tree=(2, 1, 2)), GREEDY, 8)
+
+
+def test_shared_prefix_counts_the_leading_equal_tokens():
+    from draftsmith.drafters import shared_prefix
+
+    tokens = torch.tensor([5, 6, 7, 8, 9])
+    assert shared_prefix(tokens[:3], tokens) == 3  # all it saw is still committed
+    assert shared_prefix(tokens, tokens[:2]) == 2  # rolled back below what it saw
+    assert shared_prefix(torch.tensor([5, 6, 0, 8]), tokens) == 2  # differs at index 2, equal again after
+    assert shared_prefix(torch.tensor([1]), tokens) == 0
+    assert shared_prefix(torch.zeros(0, dtype=torch.long), tokens) == 0

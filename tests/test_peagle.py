@@ -75,6 +75,26 @@ def test_a_chain_is_one_drafter_forward(tiny_llama, monkeypatch):
 
 
 @torch.no_grad()
+def test_a_greedy_chain_is_each_positions_argmax_and_a_new_request_rereads_the_mask_inputs(tiny_llama):
+    """The greedy chain (every position's argmax in one op) equals the argmax of each row of the forward; the mask
+    row is fused once per request, so a drafter changed between requests drafts from its new mask hidden."""
+    target = frozen(tiny_llama)
+    drafter = peagle(target)
+    proposer = drafter.proposer(target)
+    state = state_for(target, torch.randint(0, 320, (1, 11), generator=torch.Generator().manual_seed(5)),
+                      proposer.required_layers)
+    _, rows, _ = drafter.proposer(target)._catch_up(state, ahead=STEPS - 1)
+    chain = proposer.propose(state, DraftShape(STEPS), Sampling())
+    assert chain.tokens.tolist() == drafter.draft_ids[rows.argmax(-1)].tolist()
+    drafter.mask_hidden.mul_(-3)  # e.g. a training step between two validations
+    proposer.reset()
+    _, fresh_rows, _ = drafter.proposer(target)._catch_up(state, ahead=STEPS - 1)
+    _, rows_after_reset, _ = proposer._catch_up(state, ahead=STEPS - 1)
+    torch.testing.assert_close(rows_after_reset, fresh_rows)
+    assert not torch.allclose(fresh_rows[1:], rows[1:], atol=1e-3)  # the change reached the mask rows
+
+
+@torch.no_grad()
 def test_tree_is_built_from_the_per_position_distributions(tiny_llama):
     target = frozen(tiny_llama)
     drafter = peagle(target)

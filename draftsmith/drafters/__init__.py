@@ -117,7 +117,11 @@ def shared_prefix(cached: torch.Tensor, tokens: torch.Tensor) -> int:
     """How many leading tokens of 1-D `cached` and `tokens` are equal: how much of a proposer's cache, made for the
     tokens it saw, still holds for the tokens committed now."""
     common = min(cached.numel(), tokens.numel())
-    return int(torch.cumprod((cached[:common] == tokens[:common]).long(), 0).sum()) if common else 0
+    if not common:
+        return 0
+    if torch.equal(cached[:common], tokens[:common]):  # the usual case: what was seen is still committed (one op)
+        return common
+    return int(torch.cumprod((cached[:common] == tokens[:common]).long(), 0).sum())
 
 
 def predicting_positions(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,6 +41,8 @@ class EagleProposer(CutsDrafts):
         """Forget the previous request."""
         self.past = None  # per layer (keys, values) [1, kv_heads, R, d]: index t made from f_t and x_{t+1}
         self.cached = torch.zeros(0, dtype=torch.long)  # the tokens x_0..x_R those entries came from
+        self.mask_row = None  # P-EAGLE: (mask token id [1, 1], fused mask hidden [1, 1, H]), made once per request
+        self.draft_ids = self.drafter.draft_ids  # target id of each draft-vocabulary entry
 
     def describe(self) -> dict:
         trained = sum(p.numel() for p in self.drafter.parameters() if p.requires_grad)
@@ -69,8 +71,12 @@ class EagleProposer(CutsDrafts):
         positions = torch.arange(keep, length - 1, device=device)[None]
         hidden = self.drafter.fuse(features)
         if ahead:  # mask rows at the next positions: causal order is exactly what each may see
-            mask_ids, mask_hidden = self.drafter.mask_inputs(torch.zeros(1, ahead, dtype=torch.long, device=device))
-            ids, hidden = torch.cat([ids, mask_ids], 1), torch.cat([hidden, mask_hidden.to(hidden.dtype)], 1)
+            if self.mask_row is None:  # the same inputs on every pass: fused once, not once per pass
+                mask_id, mask_hidden = self.drafter.mask_inputs(torch.zeros(1, 1, dtype=torch.long, device=device))
+                self.mask_row = mask_id, mask_hidden.to(hidden.dtype)
+            mask_id, mask_hidden = self.mask_row
+            ids = torch.cat([ids, mask_id.expand(1, ahead)], 1)
+            hidden = torch.cat([hidden, mask_hidden.expand(1, ahead, -1)], 1)
             positions = torch.arange(keep, length - 1 + ahead, device=device)[None]
         n = ids.shape[1]
         if keep == 0:  # the whole prompt (a new request): causal attention without an [n, n] mask
@@ -112,9 +118,9 @@ class EagleProposer(CutsDrafts):
     def _choose(self, logits: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Next token (target id) and, when sampling, the processed distribution over the target vocabulary."""
         if sampling.greedy:
-            return self.drafter.draft_ids[logits.argmax(-1)], None
+            return self.draft_ids[logits.argmax(-1)], None
         full = logits.new_full((self.drafter.t2d.numel(),), float("-inf"))
-        q = target_probs(full.index_copy(0, self.drafter.draft_ids, logits)[None], sampling)[0]
+        q = target_probs(full.index_copy(0, self.draft_ids, logits)[None], sampling)[0]
         return torch.multinomial(q, 1, generator=self.generator)[0], q
 
     @torch.no_grad()
@@ -132,13 +138,13 @@ class EagleProposer(CutsDrafts):
             device = root_hidden.device
             parent_hidden = hiddens[:, (parent_slots + 1).to(device)]
             mask = torch.cat([torch.ones(len(node_ids), committed, dtype=torch.bool), sees], 1).to(device)
-            ids = self.drafter.draft_ids[draft_tokens.to(device)][None]
+            ids = self.draft_ids[draft_tokens.to(device)][None]
             out, past = self.drafter.step(ids, parent_hidden, (position + depths.to(device))[None], past, mask)
             hiddens = torch.cat([hiddens, out], 1)
             return torch.log_softmax(self.drafter.logits(out, self._head)[0].float(), -1).cpu()
 
         tokens, parents, scores = dynamic_tree(torch.log_softmax(logits, -1).cpu(), grow, depth, top_k, total_tokens)
-        return self.drafter.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores
+        return self.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores
 
 
 class ParallelEagleProposer(EagleProposer):
@@ -159,8 +165,10 @@ class ParallelEagleProposer(EagleProposer):
         if length < 1:
             return Draft(state.tokens[0, :0])
         _, logits, _ = self._catch_up(state, ahead=length - 1)
-        drafted, probs = [], []
         rule = self.stopping_rule(length)
+        if sampling.greedy and rule is None:  # every position's argmax at once: they do not depend on each other
+            return Draft(self.draft_ids[logits.argmax(-1)].cpu())
+        drafted, probs = [], []
         for step_logits in logits:
             if rule is not None and not rule.keep_step(step_logits):
                 break
@@ -177,7 +185,7 @@ class ParallelEagleProposer(EagleProposer):
         depth = min(depth, self.longest_draft)
         _, logits, _ = self._catch_up(state, ahead=max(depth, 1) - 1)
         tokens, parents, scores = per_position_tree(torch.log_softmax(logits, -1).cpu(), depth, top_k, total_tokens)
-        return self.drafter.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores
+        return self.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores
 
 
 def cached_length(past) -> int:
