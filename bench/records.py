@@ -136,6 +136,8 @@ def write(bench: str, result: dict, args: argparse.Namespace | None = None, resu
     """Write this run's record under results/<bench>/ atomically (temp file + rename); nothing with --no-record."""
     if args is not None and not getattr(args, "record", True):
         return None
+    if str(ROOT) not in sys.path:  # this tree's draftsmith, for benches that only put bench/ on the path
+        sys.path.insert(0, str(ROOT))
     from draftsmith.files import write_atomically
 
     entry = record(bench, result)
