@@ -74,16 +74,22 @@ def test_a_chain_is_one_drafter_forward(tiny_llama, monkeypatch):
     assert calls == [2 + STEPS - 1]  # two new committed indices; the chain stops at the steps it was trained for
 
 
+def one_forward(tiny_llama, seed: int):
+    """(target, drafter, a proposer, a state of 11 random tokens, the rows of a fresh proposer's one forward there)."""
+    target = frozen(tiny_llama)
+    drafter = peagle(target)
+    proposer = drafter.proposer(target)
+    state = state_for(target, torch.randint(0, 320, (1, 11), generator=torch.Generator().manual_seed(seed)),
+                      proposer.required_layers)
+    _, rows, _ = drafter.proposer(target)._catch_up(state, ahead=STEPS - 1)
+    return target, drafter, proposer, state, rows
+
+
 @torch.no_grad()
 def test_a_greedy_chain_is_each_positions_argmax_and_a_new_request_rereads_the_mask_inputs(tiny_llama):
     """The greedy chain (every position's argmax in one op) equals the argmax of each row of the forward; the mask
     row is fused once per request, so a drafter changed between requests drafts from its new mask hidden."""
-    target = frozen(tiny_llama)
-    drafter = peagle(target)
-    proposer = drafter.proposer(target)
-    state = state_for(target, torch.randint(0, 320, (1, 11), generator=torch.Generator().manual_seed(5)),
-                      proposer.required_layers)
-    _, rows, _ = drafter.proposer(target)._catch_up(state, ahead=STEPS - 1)
+    target, drafter, proposer, state, rows = one_forward(tiny_llama, seed=5)
     chain = proposer.propose(state, DraftShape(STEPS), Sampling())
     assert chain.tokens.tolist() == drafter.draft_ids[rows.argmax(-1)].tolist()
     drafter.mask_hidden.mul_(-3)  # e.g. a training step between two validations
@@ -96,12 +102,7 @@ def test_a_greedy_chain_is_each_positions_argmax_and_a_new_request_rereads_the_m
 
 @torch.no_grad()
 def test_tree_is_built_from_the_per_position_distributions(tiny_llama):
-    target = frozen(tiny_llama)
-    drafter = peagle(target)
-    proposer = drafter.proposer(target)
-    state = state_for(target, torch.randint(0, 320, (1, 11), generator=torch.Generator().manual_seed(4)),
-                      proposer.required_layers)
-    _, rows, _ = drafter.proposer(target)._catch_up(state, ahead=STEPS - 1)
+    _, drafter, proposer, state, rows = one_forward(tiny_llama, seed=4)
     log_probs = torch.log_softmax(rows, -1)
     tokens, parents, scores = proposer.tree(state, depth=3, top_k=2, total_tokens=6)
     for i in range(len(tokens)):
