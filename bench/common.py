@@ -86,7 +86,7 @@ def chains_beside_plain(target, folders: dict, length: int, max_new_tokens: int)
     """Decode methods: our plain loop ("plain") and, per name -> drafter folder, chains of `length` at T=0, with the
     target's and each drafter's few-row layers set as `draftsmith eval` sets them."""
     from draftsmith.drafters import DraftShape
-    from draftsmith.eval import small_batch
+    from draftsmith import small_batch
     from draftsmith.eval.runner import load_drafter
 
     rows = small_batch.tune_and_install(target.model)["rows"]
@@ -99,7 +99,7 @@ def beside_plain(target, proposers: dict, rows, max_new_tokens: int) -> dict:
     with it; each proposer's networks get the few-row layers `rows` (what `small_batch.tune_and_install` routed on
     the target, before the proposers were loaded and measured their costs)."""
     from draftsmith.drafters import Sampling
-    from draftsmith.eval import small_batch
+    from draftsmith import small_batch
     from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate
 
     greedy, eos = Sampling(), eos_ids(target)

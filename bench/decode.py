@@ -10,7 +10,7 @@ On HumanEval prompts with smollm2-135m-instruct at T=0, interleaved prompt by pr
   3. the verify-cost curve t(k)/t(1): one target forward over k tokens at a realistic context,
      and each speculative method's speedup as a fraction of the bound tau * t(1) / t(k+1).
 Like `draftsmith eval`, the target's linear layers first get W·xᵀ for the few-row inputs where it is
-measured faster (eval/small_batch.py); every method, generate() included, runs those same layers, and
+measured faster (draftsmith/small_batch.py); every method, generate() included, runs those same layers, and
 our plain loop is also run with torch's own linear to show what that alone is worth.
 Every greedy output is also compared token by token with our plain loop.
 """
@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from draftsmith.drafters import DraftShape, Sampling  # noqa: E402
 from draftsmith.drafters.prompt_lookup import Config, PromptLookup  # noqa: E402
-from draftsmith.eval import metrics, small_batch  # noqa: E402
+from draftsmith import small_batch  # noqa: E402
+from draftsmith.eval import metrics  # noqa: E402
 from draftsmith.cost import verify_cost_curve  # noqa: E402
 from draftsmith.eval.decoder import Generation, eos_ids, plain_generate, speculative_generate  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402

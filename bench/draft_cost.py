@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from draftsmith.data.vocab import load_draft_vocab  # noqa: E402
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, dflash, eagle  # noqa: E402
-from draftsmith.eval import small_batch  # noqa: E402
+from draftsmith import small_batch  # noqa: E402
 from draftsmith.target import load_target  # noqa: E402
 
 import records  # bench/: the shared command line and the run's record

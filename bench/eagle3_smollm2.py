@@ -14,7 +14,7 @@ generate(prompt_lookup_num_tokens) (our plain
 loop against plain generate() is bench/decode.py's job). --narrow-to N also decodes chains with each
 trained head cut to its N most frequent tokens (Drafter.narrow_vocab), which prices the head's size
 without training again. As in `draftsmith eval`, the target's linear
-layers first take the few-row form eval/small_batch.py routes each row count to; every method runs those same
+layers first take the few-row form draftsmith/small_batch.py routes each row count to; every method runs those same
 layers.
 Prints best/'s held-out per-step accuracy, τ, speedups as ratios measured in this run, the draft-time
 fraction, training tokens/s relative to target-forward-only tokens/s (online or offline, as the recipe
@@ -43,7 +43,8 @@ from draftsmith.config import load  # noqa: E402
 from draftsmith.data.prepared import load_token_counts  # noqa: E402
 from draftsmith.drafters import DraftShape, Sampling, kind_module  # noqa: E402
 from draftsmith.drafters.prompt_lookup import Config as LookupConfig, PromptLookup  # noqa: E402
-from draftsmith.eval import metrics, small_batch  # noqa: E402
+from draftsmith import small_batch  # noqa: E402
+from draftsmith.eval import metrics  # noqa: E402
 from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402
 from draftsmith.eval.runner import environment, hf_generate  # noqa: E402

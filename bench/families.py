@@ -48,7 +48,7 @@ from draftsmith.data.prepared import load_prepared  # noqa: E402
 from draftsmith.drafters import DraftShape, Sampling  # noqa: E402
 from draftsmith.export.readers import load_proposer as load_drafter_folder  # noqa: E402
 from draftsmith.drafters.prompt_lookup import Config as LookupConfig, PromptLookup  # noqa: E402
-from draftsmith.eval import small_batch  # noqa: E402
+from draftsmith import small_batch  # noqa: E402
 from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402
 from draftsmith.drafters.suffix import Config as SuffixConfig  # noqa: E402

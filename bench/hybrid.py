@@ -13,7 +13,7 @@ verify cost: the curve the hybrid calibrated, so that the two read one measureme
 hybrid (suffix candidates of up to --suffix-length merged with the drafter's chain of up to --draft-length in one
 tree per verify pass, the drafter skipped where a confident match makes it not worth its draft time, and each
 pass's chain length and suffix nodes those that pay for their cost). As
-in `draftsmith eval`, the target's and the drafter's linear layers take the few-row form `eval.small_batch` routes
+in `draftsmith eval`, the target's and the drafter's linear layers take the few-row form `small_batch` routes
 each row count to, for every method. With --rounds R every prompt is decoded R times by each method and the figures
 pool all R (a category's `prompts` then counts decodes: 10 prompts x 2 rounds = 20).
 
@@ -60,7 +60,7 @@ def main() -> None:
 
     from draftsmith.drafters import DraftShape
     from draftsmith.drafters.suffix import Config as SuffixConfig
-    from draftsmith.eval import small_batch
+    from draftsmith import small_batch
     from draftsmith.eval.prompts import load_prompts
     from draftsmith.eval.runner import drafter_kind, load_drafter, per_category
     from draftsmith.target import load_target

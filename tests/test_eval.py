@@ -195,7 +195,8 @@ def test_eval_command_errors(target_folder, tmp_path, capsys, drafter, prompts, 
 def test_eval_checks_every_argument_before_expensive_work(tmp_path, prompt_file, monkeypatch, change, message):
     """A wrong argument fails before the target loads or the linear layers are tuned (a minute on a CPU)."""
     from draftsmith import target as target_module
-    from draftsmith.eval import command, small_batch
+    from draftsmith import small_batch
+    from draftsmith.eval import command
 
     def expensive(*args, **kwargs):
         raise AssertionError("expensive work ran before the arguments were checked")

@@ -9,7 +9,7 @@ from tiny import tiny_target
 from draftsmith.drafters import DraftShape, Sampling, eagle
 from draftsmith.drafters.draft_lm import DraftLM
 from draftsmith.drafters.prompt_lookup import Config, PromptLookup
-from draftsmith.eval import small_batch
+from draftsmith import small_batch
 from draftsmith.eval.command import EvalConfig, evaluate_and_report
 from draftsmith.eval.decoder import plain_generate, speculative_generate
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for comm
 
 from common import decode_interleaved, method_rows, whole_chains  # noqa: E402
 from draftsmith.drafters import DraftShape, Sampling  # noqa: E402
-from draftsmith.eval import small_batch  # noqa: E402
+from draftsmith import small_batch  # noqa: E402
 from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402
 from draftsmith.eval.runner import environment, load_drafter  # noqa: E402

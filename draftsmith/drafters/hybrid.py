@@ -59,7 +59,7 @@ import torch
 from draftsmith.cost import verify_cost_curve
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
 from draftsmith.drafters.suffix import Candidates, SuffixProposer
-from draftsmith.eval.small_batch import MAX_ROWS
+from draftsmith.small_batch import MAX_ROWS
 
 PRIOR = 2
 """the rate over all requests counts as this many drafts in a request's own acceptance estimate"""
@@ -189,7 +189,7 @@ class HybridProposer:
         `drafter_length`, else `longest`) and of every size below it up to longest + 1 or the few-row products'
         last tuned row count + 1, whichever is larger (between those and the top: linear), in seconds, each the
         median of CALIBRATION_REPEATS passes. Where a CPU routes some row counts to a faster product
-        (`eval.small_batch`) the curve has a step where they end, which a line would hide."""
+        (`small_batch`) the curve has a step where they end, which a line would hide."""
         top = longest + (self.drafter_length or longest) + 1
         sizes = [*range(1, min(top, max(longest + 1, MAX_ROWS + 1)) + 1), top]
         context = torch.randint(0, target.vocab_size, (1, max(256, 2 * sizes[-1])),

@@ -227,7 +227,7 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     import torch
 
     from draftsmith.drafters import DraftShape, Sampling
-    from draftsmith.eval import small_batch
+    from draftsmith import small_batch
     from draftsmith.eval.prompts import load_prompts
     from draftsmith.eval.report import write_report
     from draftsmith.eval.runner import compare, drafter_kind, environment, load_drafter

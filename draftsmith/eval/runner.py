@@ -273,7 +273,7 @@ def environment(target) -> dict:
     """Versions, threads and dtype: what a reader needs to reproduce the timings."""
     import transformers
 
-    from draftsmith.eval.small_batch import installed_rows
+    from draftsmith.small_batch import installed_rows
 
     return {
         "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,

@@ -106,7 +106,7 @@ def profile_target(config: ProfileConfig, target=None):
     """Time the grid, fit the model, run the mixed-batch check, write the profile."""
     import torch
 
-    from draftsmith.eval import small_batch
+    from draftsmith import small_batch
     from draftsmith.serving.costmodel import profile
     from draftsmith.target import load_target
 

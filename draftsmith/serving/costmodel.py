@@ -218,7 +218,7 @@ def machine(target) -> dict:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    from draftsmith.eval.small_batch import installed_rows
+    from draftsmith.small_batch import installed_rows
 
     return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
