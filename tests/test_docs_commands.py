@@ -194,6 +194,15 @@ def test_the_docs_commands_are_found():
     assert launched and "train.max_steps=6000" in launched[0]  # the 8-GPU example, continuations joined
 
 
+def test_gpu_examples_set_their_own_time_budget():
+    """The recipes' train.max_minutes is a CPU demo's budget: a GPU launch that inherited it would stop there."""
+    for f, n, code, args, _ in COMMANDS:
+        gpu = re.search(r"--config_file recipes/accelerate/(?!cpu-)", code)
+        if gpu and args and args[0] == "train" and not PLACEHOLDER.match(args[1]):
+            assert any(arg.startswith("train.max_minutes=") for arg in args), \
+                f"{f}:{n}: `{code}` inherits the recipe's train.max_minutes"
+
+
 # --------------------------------------------------------------------------- the checker itself
 def test_snippets_join_continuations_and_read_inline_code():
     text = "intro `draftsmith eval\n--tree 5,8,32` here\n```bash\nmake demo\ndraftsmith train a.yaml \\\n" \
