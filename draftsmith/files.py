@@ -1,4 +1,4 @@
-"""File helpers every step shares: writes a reader never sees half-done, and file hashes."""
+"""File helpers every step shares: writes a reader never sees half-done, file hashes, and the cache folder."""
 
 from __future__ import annotations
 
@@ -46,3 +46,12 @@ def file_sha256(path: str | Path, chunk: int = 1 << 22) -> str:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def cache_dir() -> Path:
+    """Where draftsmith keeps derived files (dequantized GGUF weights, built-in prompt sets): $DRAFTSMITH_CACHE, else
+    draftsmith/ under $XDG_CACHE_HOME or ~/.cache."""
+    if os.environ.get("DRAFTSMITH_CACHE"):
+        return Path(os.environ["DRAFTSMITH_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "draftsmith"

@@ -7,8 +7,8 @@ Features are taken with forward hooks on those layers, never by keeping every hi
 feature is the layer's raw output, and `Target.head` applies the norm before the lm_head.)
 
 This module holds `Target` (facts, fingerprint, forward) and `load_target`, with the choices around them (dtype,
-device, cache folder). Elsewhere: reading the weights (`target_loading`), the layer hooks and CPU attention of a
-forward pass (`target_features`), the frozen final norm and lm_head (`target_head`).
+device). Elsewhere: reading the weights (`target_loading`), the layer hooks and CPU attention of a forward pass
+(`target_features`), the frozen final norm and lm_head (`target_head`), the cache folder (`files.cache_dir`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import functools
 import hashlib
 import importlib.util
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,14 +120,6 @@ def resolve_device(device: str) -> str:
                                   f"(cuda:0 .. cuda:{torch.cuda.device_count() - 1}).")
         return device
     raise DraftsmithError(f"Unknown device '{device}'. Use auto, cpu, cuda or cuda:N.")
-
-
-def cache_dir() -> Path:
-    """Where draftsmith keeps derived files (dequantized GGUF weights): $DRAFTSMITH_CACHE or ~/.cache."""
-    if os.environ.get("DRAFTSMITH_CACHE"):
-        return Path(os.environ["DRAFTSMITH_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "draftsmith"
 
 
 def target_slug(name: str) -> str:
@@ -260,7 +251,7 @@ class Target:
         self,
         input_ids: torch.Tensor,
         layers: list[int] | tuple[int, ...] = (),
-        attention_mask: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | dict[str, torch.Tensor] | None = None,
         position_ids: torch.Tensor | None = None,
         cache: Any = None,
         logits: bool = True,
@@ -270,8 +261,11 @@ class Target:
 
         Inputs may live anywhere: they are moved to the target's device (outputs stay there)."""
         device = self.device
-        input_ids, attention_mask, position_ids = (
-            None if t is None else t.to(device) for t in (input_ids, attention_mask, position_ids))
+        input_ids, position_ids = (None if t is None else t.to(device) for t in (input_ids, position_ids))
+        if isinstance(attention_mask, dict):  # one mask per layer type (kv_cache.tree_attention_mask)
+            attention_mask = {kind: mask.to(device) for kind, mask in attention_mask.items()}
+        elif attention_mask is not None:
+            attention_mask = attention_mask.to(device)
         for layer in layers:
             if not 0 <= layer < self.num_layers:
                 raise DraftsmithError(

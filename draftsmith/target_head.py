@@ -3,13 +3,24 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-if TYPE_CHECKING:
-    from draftsmith.target import Target
+
+class HeadOwner(Protocol):
+    """What the head reads of its target (`draftsmith.target.Target` is one): the model, whose output embedding is
+    the lm_head, the final norm, and the block in which a sharded target's head is whole."""
+
+    model: nn.Module
+
+    @property
+    def final_norm(self) -> nn.Module: ...
+
+    def gathered(self) -> AbstractContextManager: ...
 
 
 class TargetHead:
@@ -21,7 +32,7 @@ class TargetHead:
 
     CHUNK = 16384  # vocabulary rows per matmul when the whole vocabulary's argmax is needed
 
-    def __init__(self, target: Target):
+    def __init__(self, target: HeadOwner):
         self.target = target
 
     def __call__(self, last_layer_features: torch.Tensor) -> torch.Tensor:

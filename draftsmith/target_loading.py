@@ -12,8 +12,7 @@ from pathlib import Path
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.files import file_sha256
-from draftsmith.target import cache_dir
+from draftsmith.files import cache_dir, file_sha256
 
 # Bumped whenever the layout of the dequantized folder changes, so that caches written by older
 # versions (layout 1: tied embeddings stored only as lm_head.weight) are never loaded again.

@@ -51,7 +51,7 @@ def builtin_corpus_path(name: str) -> Path:
     """Path of a built-in corpus file, written on first use (`builtin:stdlib`, `builtin:stdlib-complete`,
     `builtin:exercises`: typed exercises in a code benchmark's prompt shape, data/exercises.py; `builtin:general`:
     prompts of ten categories for regeneration, data/general.py)."""
-    from draftsmith.target import cache_dir
+    from draftsmith.files import cache_dir
 
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     if name == "general":  # its long texts are the stdlib's docstrings, so the file depends on the Python version

@@ -28,7 +28,7 @@ MODULES = ("wave", "chunk", "pdb", "trace", "zipimport", "gettext", "locale", "t
 def suite_path() -> Path:
     """The suite file, written on first use."""
     from draftsmith.data.corpus import write_rows
-    from draftsmith.target import cache_dir
+    from draftsmith.files import cache_dir
 
     path = cache_dir() / "suite" / f"suite-py{sys.version_info.major}.{sys.version_info.minor}-{VERSION}.jsonl"
     if not path.is_file():
