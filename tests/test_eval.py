@@ -169,6 +169,25 @@ def test_eval_command_writes_the_reports(target_folder, prompt_file, tmp_path, s
     assert "acceptance length τ" in (out / "report.md").read_text()
 
 
+def test_report_writes_a_missing_speedup_as_na_without_a_times_sign():
+    """Without a generate() baseline (the demo's report.transformers_baseline: false) its ratios are n/a, not n/a×."""
+    from draftsmith.eval.report import category_rows, markdown, methods_markdown, ratio
+
+    assert (ratio(1.234), ratio(0.5), ratio(None)) == ("1.23×", "0.50×", "n/a")
+    spread = {"mean": 1.0, "p50": 1.0, "p90": 1.0}
+    results = {"acceptance_length": 1.5, "acceptance_per_position": [0.5], "speedup": 1.2,
+               "speedup_vs_transformers": None, "plain_vs_transformers": None,
+               "tokens_per_s": {"overall": 10.0, **spread}, "baselines": {"plain": {"tokens_per_s": 8.0}},
+               "ttft_ms": spread, "tpot_ms": spread, "e2e_ms": spread, "draft_time_fraction": 0.1,
+               "lossless": {"identical": 2, "checked": 2},
+               "per_category": {"chat": {"prompts": 2, "acceptance_length": 1.5, "acceptance_per_position": [0.5],
+                                         "speedup": None, "draft_time_fraction": 0.1, "identical_to_plain": 2}}}
+    page = markdown(results) + methods_markdown({"drafter": results})
+    assert "n/a×" not in page
+    assert "| speedup vs our plain loop | 1.20× |" in page and "| speedup vs transformers generate() | n/a |" in page
+    assert category_rows(results)[0][4] == "n/a" and category_rows(results)[1][4] == "1.20×"
+
+
 @pytest.mark.parametrize("drafter, prompts, message", [
     ("prompt-lookpu", None, "Unknown drafter 'prompt-lookpu'"),
     ("prompt-lookup", "empty", "has no rows"),

@@ -28,6 +28,11 @@ def _num(value, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def ratio(value) -> str:
+    """A speedup as `1.23×`; a missing one (a baseline not timed) as plain `n/a`, with no × after it."""
+    return "n/a" if value is None else f"{value:.2f}×"
+
+
 def _dist(d: dict) -> str:
     return f"{_num(d['mean'], 1)} (p50 {_num(d['p50'], 1)}, p90 {_num(d['p90'], 1)})"
 
@@ -38,9 +43,9 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
     rows = [
         ("acceptance length τ", _num(results["acceptance_length"])),
         ("per-position acceptance α", ", ".join(_num(a) for a in results["acceptance_per_position"]) or "n/a"),
-        ("speedup vs our plain loop", _num(results["speedup"]) + "×"),
-        ("speedup vs transformers generate()", _num(results["speedup_vs_transformers"]) + "×"),
-        ("our plain loop vs generate()", _num(results.get("plain_vs_transformers")) + "×"),
+        ("speedup vs our plain loop", ratio(results["speedup"])),
+        ("speedup vs transformers generate()", ratio(results["speedup_vs_transformers"])),
+        ("our plain loop vs generate()", ratio(results.get("plain_vs_transformers"))),
         ("tokens/s speculative (overall)", _num(results["tokens_per_s"]["overall"], 1)),
         ("tokens/s plain", _num(baselines.get("plain", {}).get("tokens_per_s"), 1)),
         ("tokens/s generate()", _num(baselines.get("transformers", {}).get("tokens_per_s"), 1)),
@@ -52,8 +57,8 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
     ]
     assisted = results.get("assisted_generate")
     if assisted:  # a draft LM: the same model in transformers' assisted generation
-        rows += [("generate(assistant_model) vs generate()", _num(assisted["speedup_vs_transformers"]) + "×"),
-                 ("ours vs generate(assistant_model)", _num(assisted["ours_vs_assisted"]) + "×"),
+        rows += [("generate(assistant_model) vs generate()", ratio(assisted["speedup_vs_transformers"])),
+                 ("ours vs generate(assistant_model)", ratio(assisted["ours_vs_assisted"])),
                  ("generate(assistant_model) identical to plain", f"{assisted['identical_to_plain']} / "
                   f"{results['lossless']['checked']}")]
     tuned = results.get("tuned_target")
@@ -75,13 +80,13 @@ def category_rows(results: dict) -> list[tuple[str, ...]]:
     if not table:
         return []
     rows = [(name, str(row["prompts"]), _num(row["acceptance_length"]),
-             ", ".join(_num(a) for a in row.get("acceptance_per_position", [])) or "n/a", _num(row["speedup"]) + "×",
+             ", ".join(_num(a) for a in row.get("acceptance_per_position", [])) or "n/a", ratio(row["speedup"]),
              _num(row.get("draft_time_fraction"), 3), f"{row.get('identical_to_plain', 'n/a')} / {row['prompts']}")
             for name, row in table.items()]
     checked = results["lossless"]["checked"]
     return rows + [("all", str(checked), _num(results["acceptance_length"]),
                     ", ".join(_num(a) for a in results["acceptance_per_position"]) or "n/a",
-                    _num(results["speedup"]) + "×", _num(results["draft_time_fraction"], 3),
+                    ratio(results["speedup"]), _num(results["draft_time_fraction"], 3),
                     f"{results['lossless']['identical']} / {checked}")]
 
 
@@ -90,7 +95,7 @@ def methods_markdown(results_by_method: dict[str, dict]) -> str:
     lines = ["| method | τ | speedup vs our plain loop | tokens/s | draft time fraction | lossless |",
              "|---|---|---|---|---|---|"]
     for name, results in results_by_method.items():
-        lines.append(f"| {name} | {_num(results['acceptance_length'])} | {_num(results['speedup'])}× | "
+        lines.append(f"| {name} | {_num(results['acceptance_length'])} | {ratio(results['speedup'])} | "
                      f"{_num(results['tokens_per_s']['overall'], 1)} | {_num(results['draft_time_fraction'], 3)} | "
                      f"{results['lossless']['identical']} / {results['lossless']['checked']} |")
     return "\n".join(lines) + "\n"
