@@ -16,9 +16,11 @@ before k, so whether a token is drafted never depends on that token and sampling
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
 from draftsmith.cost import CutsDrafts
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, shared_prefix
@@ -26,14 +28,41 @@ from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
 
-if TYPE_CHECKING:
-    from draftsmith.drafters.dflash import Drafter
+
+class BlockDrafter(Protocol):
+    """What the proposer reads of a DFlash / DSpark drafter (`draftsmith.drafters.dflash.Drafter`, which builds its
+    proposer: named here by this shape, so the two files do not import each other)."""
+
+    config: Any  # the kind's Config (a dataclass): block_size, confidence_cut
+    sizes: dict
+    layer_ids: list[int]
+    mask_token_id: int
+    fc: nn.Linear  # the context projection: its weight sits on the drafter's device
+
+    @property
+    def dspark(self) -> bool: ...
+
+    def eval(self) -> BlockDrafter: ...
+
+    def parameters(self) -> Iterator[nn.Parameter]: ...
+
+    def context_kv(self, features: dict, start: int, end: int) -> list[tuple[torch.Tensor, torch.Tensor]]: ...
+
+    def blocks(self, block_ids, positions, context_kv, mask) -> torch.Tensor: ...
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+    def to_target(self, rows: torch.Tensor) -> torch.Tensor: ...
+
+    def to_vocabulary(self, q: torch.Tensor) -> torch.Tensor: ...
+
+    def markov(self, hidden: torch.Tensor, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class DFlashProposer(CutsDrafts):
     """One forward per cycle: block [x_{T-1}, MASK...] at T-1 over cached context keys of positions < T-1."""
 
-    def __init__(self, drafter: Drafter, generator: torch.Generator | None = None):
+    def __init__(self, drafter: BlockDrafter, generator: torch.Generator | None = None):
         self.drafter, self.generator = drafter.eval(), generator
         self.required_layers = list(drafter.layer_ids)
         self.can_cut = drafter.dspark  # DSpark's confidence head (see CutsDrafts)
