@@ -146,15 +146,32 @@ def problem(args: list[str], inline: bool) -> str | None:
         namespace = parse(args)
     except _ParseError as err:
         message = str(err)
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from '([^']*)'", message)
+        if choice and PLACEHOLDER.match(choice.group(1)) and choice.group(1) in args:  # --format FORMAT
+            args = list(args)
+            args[args.index(choice.group(1))] = choice.group(2)
+            return problem(args, inline)
         if inline and any(partial in message for partial in PARTIAL):
-            return None  # running text names a command or an option, not a whole command
-        choice = re.search(r"invalid choice: '([^']*)'", message)
-        if choice and PLACEHOLDER.match(choice.group(1)):
-            return None  # --format FORMAT
+            # running text names a command or an option, not a whole command; its options must still exist
+            unknown = unknown_options(args)
+            return f"unrecognized arguments: {' '.join(unknown)}" if unknown else None
         return message
     if namespace is None or getattr(namespace, "command", None) != "train":
         return None
     return recipe_problem(namespace.recipe, namespace.overrides)
+
+
+def unknown_options(args: list[str]) -> list[str]:
+    """The `--options` in `args` that the (sub)command they belong to does not have."""
+    parser, known = _parser(), set()
+    for arg in args:
+        known |= {option for action in parser._actions for option in action.option_strings}
+        commands = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+        if not commands or arg not in commands[0].choices:
+            break
+        parser = commands[0].choices[arg]
+    known |= {option for action in parser._actions for option in action.option_strings}
+    return [arg for arg in args if arg.startswith("--") and arg.split("=")[0] not in known]
 
 
 def recipe_problem(recipe: str, overrides: list[str]) -> str | None:
@@ -230,6 +247,10 @@ def test_wrong_commands_fail():
     assert "invalid choice" in problem(["evaluate"], inline=False)
     assert "required" in problem(["export", "x"], inline=False)
     assert problem(["export", "x"], inline=True) is None  # a mention in running text
+    assert problem(["serve-sim", "run", "--traces"], inline=True) is None
+    assert "--bogus" in problem(["export", "--bogus"], inline=True)
+    assert "--bogus" in problem(["serve-sim", "run", "--bogus", "--traces"], inline=True)
+    assert "--bogus" in problem(["export", "x", "--format", "FORMAT", "--out", "y", "--bogus"], inline=False)
     assert problem(["export", "x", "--format", "FORMAT", "--out", "y"], inline=False) is None
     assert "invalid choice" in problem(["export", "x", "--format", "onnx", "--out", "y"], inline=False)
 
