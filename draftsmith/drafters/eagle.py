@@ -132,7 +132,8 @@ class Drafter(nn.Module):
         self.last_layer = layer_config.target_num_layers - 1
         fc_in = 3 * H if self.eagle3 else 2 * H
         self.fc = nn.Linear(fc_in, H, bias=not self.eagle3)
-        self.layers = nn.ModuleList([DraftLayer(layer_config, config, first=i == 0) for i in range(config.num_layers)])
+        self.layers = nn.ModuleList([DraftLayer(layer_config, self.eagle3, config.norm_before_residual, first=i == 0)
+                                     for i in range(config.num_layers)])
         self.rotary_emb = LlamaRotaryEmbedding(layer_config)
         if self.eagle3:
             self.norm = LlamaRMSNorm(H, eps=layer_config.rms_norm_eps)

@@ -9,8 +9,6 @@ decoder's steps and trees).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,18 +19,16 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
-if TYPE_CHECKING:
-    from draftsmith.drafters.eagle import Config
-
 
 class DraftLayer(nn.Module):
     """A decoder layer; the attention itself is the caller's (TTT or cached). `first`: the layer that reads the
-    token's embedding beside the hidden (EAGLE-3); a later layer is a plain Llama decoder layer over the hidden."""
+    token's embedding beside the hidden (EAGLE-3); a later layer is a plain Llama decoder layer over the hidden.
+    `eagle3`: the drafter is EAGLE-3 or P-EAGLE, not EAGLE-1; `norm_before_residual`: its Config's option."""
 
-    def __init__(self, layer_config: LlamaConfig, config: Config, first: bool = True):
+    def __init__(self, layer_config: LlamaConfig, eagle3: bool, norm_before_residual: bool, first: bool = True):
         super().__init__()
         c, H, eps = layer_config, layer_config.hidden_size, layer_config.rms_norm_eps
-        self.eagle3, self.norm_before_residual = config.variant != "eagle1" and first, config.norm_before_residual
+        self.eagle3, self.norm_before_residual = eagle3 and first, norm_before_residual
         self.plain = not first  # input_layernorm over the hidden, the residual the raw hidden
         self.head_dim, self.kv_groups = c.head_dim, c.num_attention_heads // c.num_key_value_heads
         width = 2 * H if self.eagle3 else H

@@ -9,9 +9,11 @@ and drafts from there, so entries made from draft hiddens are always recomputed 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
 from draftsmith.cost import OPEN_CHAIN_REACH, CutsDrafts
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, shared_prefix
@@ -19,8 +21,29 @@ from draftsmith.drafters.tree import TreeSlots, dynamic_tree, per_position_tree
 from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
 
-if TYPE_CHECKING:
-    from draftsmith.drafters.eagle import Drafter
+
+class StepDrafter(Protocol):
+    """What the proposer reads of an EAGLE drafter (`draftsmith.drafters.eagle.Drafter`, which builds its proposer:
+    named here by this shape, so the two files do not import each other)."""
+
+    config: Any  # the kind's Config (a dataclass): layers, ttt_steps
+    d2t: torch.Tensor  # draft row i drafts target id i + d2t[i]
+    t2d: torch.Tensor  # one entry per target token
+
+    @property
+    def draft_ids(self) -> torch.Tensor: ...
+
+    def eval(self) -> StepDrafter: ...
+
+    def parameters(self) -> Iterator[nn.Parameter]: ...
+
+    def fuse(self, features: dict[int, torch.Tensor]) -> torch.Tensor: ...
+
+    def mask_inputs(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def step(self, ids, hidden, positions, past=None, mask=None, causal: bool = False): ...
+
+    def logits(self, hidden: torch.Tensor, target_head) -> torch.Tensor: ...
 
 
 class EagleProposer(CutsDrafts):
@@ -32,7 +55,7 @@ class EagleProposer(CutsDrafts):
 
     longest_draft = OPEN_CHAIN_REACH
 
-    def __init__(self, drafter: Drafter, target, generator: torch.Generator | None = None):
+    def __init__(self, drafter: StepDrafter, target, generator: torch.Generator | None = None):
         self.drafter, self.target, self.generator = drafter.eval(), target, generator
         self.required_layers = list(drafter.config.layers)
         self.reset()
@@ -152,7 +175,7 @@ class ParallelEagleProposer(EagleProposer):
     positions committed since the last pass and k - 1 mask rows after them. Position j's distribution does not
     depend on the tokens drafted before it, so a tree is built from the k distributions, as for Medusa heads."""
 
-    def __init__(self, drafter: Drafter, target, generator: torch.Generator | None = None):
+    def __init__(self, drafter: StepDrafter, target, generator: torch.Generator | None = None):
         super().__init__(drafter, target, generator)
         self.longest_draft = drafter.config.ttt_steps  # the positions it was trained to draft
 
