@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_export_support import make_checkpoint, rewrite, target
+from test_export_support import load_exported, make_checkpoint, rewrite, target
 
 from draftsmith import export as ex
 from draftsmith.export import eagle3
@@ -34,7 +34,7 @@ def decode(proposer, shape, sampling):
 def test_draft_logits_are_identical(folders, fmt):
     checkpoint, exported = folders
     original = kind_module("eagle").load_proposer(checkpoint, target())
-    loaded = eagle3.load_exported(exported[fmt], target())
+    loaded = load_exported(exported[fmt], target())
     tokens = torch.tensor([PROMPTS[0]])
     layers = original.required_layers
     assert loaded.required_layers == layers
@@ -56,7 +56,7 @@ def test_draft_logits_are_identical(folders, fmt):
 def test_same_tokens_and_acceptance_as_the_checkpoint(folders, fmt, shape, sampling):
     checkpoint, exported = folders
     tokens_a, acceptance_a = decode(kind_module("eagle").load_proposer(checkpoint, target()), shape, sampling)
-    tokens_b, acceptance_b = decode(eagle3.load_exported(exported[fmt], target()), shape, sampling)
+    tokens_b, acceptance_b = decode(load_exported(exported[fmt], target()), shape, sampling)
     assert tokens_a == tokens_b
     assert acceptance_a == acceptance_b
     assert acceptance_a["verify_passes"] > 0
@@ -70,7 +70,7 @@ def test_a_broken_export_does_not_load(folders, tmp_path):
     shutil.copytree(exported["speculators"], broken)
     rewrite(broken, lambda c: c.pop("eagle_aux_hidden_state_layer_ids"))
     with pytest.raises(DraftsmithError, match="aux hidden-state layer ids"):
-        eagle3.load_exported(broken, target())
+        load_exported(broken, target())
 
 
 def test_an_export_for_another_target_does_not_load(folders):
@@ -78,7 +78,7 @@ def test_an_export_for_another_target_does_not_load(folders):
 
     _, exported = folders
     with pytest.raises(DraftsmithError, match="fc input width|vocab_size|out of range"):
-        eagle3.load_exported(exported["sglang"], tiny_target("llama", hidden_size=32))
+        load_exported(exported["sglang"], tiny_target("llama", hidden_size=32))
 
 
 def test_round_trip_keeps_a_high_acceptance(tmp_path):
@@ -89,7 +89,7 @@ def test_round_trip_keeps_a_high_acceptance(tmp_path):
     shape, sampling = DraftShape(length=4), Sampling()
     runs = {}
     for name, proposer in [("checkpoint", kind_module("eagle").load_proposer(checkpoint, rigged))] + [
-            (fmt, eagle3.load_exported(ex.export(checkpoint, fmt, tmp_path / fmt), rigged)) for fmt in eagle3.FORMATS]:
+            (fmt, load_exported(ex.export(checkpoint, fmt, tmp_path / fmt), rigged)) for fmt in eagle3.FORMATS]:
         generations = [speculative_generate(rigged, proposer, torch.tensor([p]), shape, sampling, 21) for p in PROMPTS]
         runs[name] = ([g.tokens for g in generations], metrics.acceptance(generations))
     assert runs["checkpoint"][1]["acceptance_length"] == 5.0  # every draft accepted: 4 drafted + 1 bonus

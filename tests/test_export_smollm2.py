@@ -7,10 +7,9 @@ import json
 import pytest
 import torch
 
-from test_export_support import draft_vocab
+from test_export_support import draft_vocab, load_exported
 
 from draftsmith import export as ex
-from draftsmith.export import eagle3
 from draftsmith.drafters import DecodeState, eagle
 
 
@@ -34,5 +33,5 @@ def test_smollm2_eagle3_exports_and_loads_back(smollm2, tmp_path):
         assert layer["rope_theta"] == smollm2.config.rope_parameters["rope_theta"]
         card = (out / "README.md").read_text()
         assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and "license: apache-2.0" in card
-        _, got, _ = eagle3.load_exported(out, smollm2)._catch_up(state)
+        _, got, _ = load_exported(out, smollm2)._catch_up(state)
         assert torch.equal(got, want)

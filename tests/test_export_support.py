@@ -15,6 +15,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from tiny import tiny_target
 
+from draftsmith.export import readers
+from draftsmith.export.check import Expected, validate_export
+
 HIDDEN, VOCAB, DRAFT_VOCAB, LAYERS = 64, 320, 64, 8
 TARGET_LAYERS = [1, 3, 4]  # EAGLE-3 default for an 8-layer target: 1, L/2 - 1, L - 4
 TARGET_HUB_ID = "HuggingFaceTB/tiny-llama"
@@ -80,3 +83,14 @@ def rewrite(folder: Path, config_edit=None, tensor_edit=None) -> None:
         tensors = load_file(str(folder / "model.safetensors"))
         tensor_edit(tensors)
         save_file(tensors, str(folder / "model.safetensors"))
+
+
+def load_exported(folder: str | Path, target):
+    """One of our speculators or SGLang exports -> a Proposer for `target`, in memory.
+
+    Validated strictly first (what `draftsmith export` guarantees), so a broken export fails here with the
+    validator's message instead of drafting badly; `draftsmith.export.readers` reads any folder of the layout."""
+    validate_export(folder, expected=Expected(num_target_layers=target.num_layers,
+                                              target_hidden_size=target.hidden_size,
+                                              target_vocab_size=target.vocab_size))
+    return readers.load_proposer(folder, target)

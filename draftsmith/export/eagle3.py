@@ -368,19 +368,6 @@ def _rope_parameters(layer: dict) -> dict | None:
     return {**scaling, "rope_theta": layer["rope_theta"]}
 
 
-def load_exported(folder: str | Path, target):
-    """One of our speculators or SGLang exports -> a Proposer for `target`, in memory.
-
-    Validated strictly first (what `draftsmith export` guarantees), so a broken export fails here with the
-    validator's message instead of drafting badly; `draftsmith.export.readers` reads any folder of the layout."""
-    from draftsmith.export import readers
-
-    validate_export(folder, expected=Expected(num_target_layers=target.num_layers,
-                                              target_hidden_size=target.hidden_size,
-                                              target_vocab_size=target.vocab_size))
-    return readers.load_proposer(folder, target)
-
-
 def is_export(folder: str | Path) -> bool:
     """True when `folder` holds a speculators or SGLang EAGLE-3 export (for drafter-spec resolvers)."""
     path = Path(folder) / "config.json"
