@@ -13,10 +13,10 @@ from draftsmith.drafters import KINDS
 from draftsmith.drafters.draft_lm import DraftLM
 from draftsmith.drafters.prompt_lookup import PromptLookup
 from draftsmith.errors import DraftsmithError
-from draftsmith.eval import evaluate, metrics
+from draftsmith.eval import metrics
 from draftsmith.eval.decoder import Cycle, Generation
 from draftsmith.eval.prompts import load_prompts
-from draftsmith.eval.runner import load_drafter
+from draftsmith.eval.runner import evaluate, load_drafter
 
 
 def write_lines(path, lines):

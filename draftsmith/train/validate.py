@@ -35,7 +35,7 @@ def decode_acceptance_length(kind: str, folder, target, prompts: list[list[int]]
     if not prompts:
         return None
     from draftsmith.drafters import DraftShape, Sampling, kind_module
-    from draftsmith.eval import evaluate
+    from draftsmith.eval.runner import evaluate
 
     proposer = kind_module(kind).load_proposer(folder, target)
     result = evaluate(target, proposer, prompts, shape=DraftShape(length=draft_length), sampling=Sampling(),
