@@ -206,6 +206,7 @@ def held_out_accuracy(drafter, target, data, batches: int, max_length: int) -> l
 
 def main() -> None:
     args = parser.parse_args()
+    records.start()  # the commit and diff this run is credited to, taken before it measures anything
     records.apply_threads(args)
     from draftsmith.eval.prompts import load_prompts
     from draftsmith.eval.runner import environment

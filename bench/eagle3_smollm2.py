@@ -11,7 +11,7 @@ drafter's budget), evaluating on the held-out split 5 times (best/ is kept by th
 recipe says), then decode the same HumanEval prompts at T=0, interleaved prompt by prompt, with: our plain
 loop, EAGLE-3 chains of each --draft-length, EAGLE-3 trees of each --tree, our prompt lookup and
 generate(prompt_lookup_num_tokens) (our plain
-loop against plain generate() is bench/decode.py's job). --narrow-to N also decodes chains with each
+loop against plain generate() is bench/studies/decode.py's job). --narrow-to N also decodes chains with each
 trained head cut to its N most frequent tokens (Drafter.narrow_vocab), which prices the head's size
 without training again. As in `draftsmith eval`, the target's linear
 layers first take the few-row form draftsmith/small_batch.py routes each row count to; every method runs those same
@@ -77,6 +77,7 @@ records.add_shared_options(parser, num_prompts=40, max_new_tokens=128, out="runs
                            helps={"num_prompts": "HumanEval prompts decoded per drafter",
                                   "out": "where runs and bench.json go"})
 args = parser.parse_args()
+records.start()  # the commit and diff this run is credited to, taken before it measures anything
 records.apply_threads(args)
 out = Path(args.out)
 SHARED = [f"data.features={out / 'features'}", "report.num_prompts=0", *args.set]  # what every run here sees
@@ -149,7 +150,8 @@ def probe_and_train():
 
 def drafters_summary(drafters: dict) -> dict:
     """bench.json's "drafters": what --reuse reads back."""
-    return {str(k): {"folder": str(v["folder"]), "train_minutes": v["train_minutes"],
+    return {str(k): {"folder": str(v["folder"]), "sha256": records.drafter_sha256(v["folder"]),
+                     "train_minutes": v["train_minutes"],
                      "steps_trained": v["steps_trained"], "held_out": v["held_out"]}
             for k, v in drafters.items()}
 

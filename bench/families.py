@@ -102,6 +102,7 @@ parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE
 records.add_shared_options(parser, num_prompts=40, max_new_tokens=128, out="runs/bench-families", threads=0,
                            helps={"out": "where the runs and bench.json go"})
 args = parser.parse_args()
+records.start()  # the commit and diff this run is credited to, taken before it measures anything
 records.apply_threads(args)
 out = Path(args.out)
 GREEDY = Sampling()
@@ -159,7 +160,8 @@ for name, (family, overrides, decoded) in runs_to_train.items():
     families[name] = {
         "recipe": family, "overrides": overrides, "variant": not decoded,
         "draft_length": args.draft_length or run.config.report.draft_length,
-        "kind": run.kind, "folder": str(out / name / "best"), "steps": run.step, "best_step": run.best_step,
+        "kind": run.kind, "folder": str(out / name / "best"), "sha256": records.drafter_sha256(out / name / "best"),
+        "steps": run.step, "best_step": run.best_step,
         "train_minutes": (time.perf_counter() - began) / 60, "training_tokens_per_s": tokens_per_s,
         "target_forward_tokens_per_s": forward, "training_over_forward": tokens_per_s / forward,
         "held_out_accuracy": step_accuracies(last_eval), "validation": last_eval,

@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--check", type=Path, help="compare the formula with this capture folder instead")
     records.add_shared_options(parser)
     args = parser.parse_args()
+    records.start()  # the commit and diff this run is credited to, taken before it measures anything
     if args.check:
         check(args.check)
         return

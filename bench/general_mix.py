@@ -36,6 +36,7 @@ records.add_shared_options(parser, num_prompts=20, max_new_tokens=96, out="runs/
                            helps={"num_prompts": "prompts of builtin:suite each arm decodes (the first N: N/10 per "
                                                  "category)", "out": "where the code arm's runs and the evaluations go"})
 args = parser.parse_args()
+records.start()  # the commit and diff this run is credited to, taken before it measures anything
 out = Path(args.out)
 
 ARMS = {  # name -> the recipe overrides of that arm

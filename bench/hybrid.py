@@ -54,6 +54,7 @@ def main() -> None:
     records.add_shared_options(parser, target="smollm2-135m-instruct", num_prompts=40, max_new_tokens=128, threads=0,
                                helps={"num_prompts": "prompts decoded by every method (the first N of --prompts)"})
     args = parser.parse_args()
+    records.start()  # the commit and diff this run is credited to, taken before it measures anything
     if min(args.draft_length, args.suffix_length, args.rounds) < 1:
         parser.error("--draft-length, --suffix-length and --rounds must be at least 1")
     records.apply_threads(args)
@@ -67,6 +68,7 @@ def main() -> None:
 
     from common import beside_plain, decode_interleaved, method_rows
 
+    drafter_sha256 = records.drafter_sha256(args.drafter)  # the drafter measured, by content, before it loads
     target = load_target(args.target)
     prompts = load_prompts(args.prompts, target, args.num_prompts, answer_tokens=args.max_new_tokens)
     tuned = small_batch.tune_and_install(target.model)  # before the proposers measure their costs
@@ -113,7 +115,8 @@ def main() -> None:
     print("checks:", checks)
     # HumanEval (the headline goal) and a prompt set by category are two records, so neither hides the other
     records.write("hybrid" if args.prompts == "humaneval" else "hybrid_by_category", {
-        "drafter": args.drafter, "prompts": args.prompts, "num_prompts": len(prompts), "rounds": args.rounds,
+        "drafter": args.drafter, "drafter_sha256": drafter_sha256, "prompts": args.prompts, "num_prompts": len(prompts),
+        "rounds": args.rounds,
         "max_new_tokens": args.max_new_tokens, "draft_length": args.draft_length, "suffix_length": args.suffix_length,
         "methods": overall, "per_category": by_category, "hybrid": hybrid_proposer.describe(), "checks": checks,
         "small_batch": tuned}, args)  # the few-row routing differs run to run on a noisy CPU: it moves every figure

@@ -123,6 +123,7 @@ def main() -> None:
     records.add_shared_options(parser, num_prompts=40, max_new_tokens=96, threads=0, out="runs/bench-levers",
                                helps={"out": "where families.py puts its runs, and each seed's bench-seed<S>.json"})
     args = parser.parse_args()
+    records.start()  # the commit and diff this run is credited to, taken before it measures anything
     if any(len(arm) < 2 for arm in args.arm):
         parser.error("--arm needs a name and a recipe")
     arms = arms_with_baselines(args.arm)

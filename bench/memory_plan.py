@@ -119,6 +119,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=2048, help="data.max_length (tokens per sequence)")
     records.add_shared_options(parser)
     args = parser.parse_args()
+    records.start()  # the commit and diff this run is credited to, taken before it measures anything
     targets = [plan(name, args.processes, args.draft_vocab, args.dtype, args.batch_size, args.max_length)
                for name in args.architectures]
     for target in targets:

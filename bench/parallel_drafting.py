@@ -36,6 +36,7 @@ parser.add_argument("--peagle-set", nargs="*", default=[], metavar="SECTION.FIEL
 records.add_shared_options(parser, num_prompts=20, max_new_tokens=128, out="runs/bench-parallel-drafting", threads=0,
                            helps={"out": "where families.py puts its runs and bench.json"})
 args = parser.parse_args()
+records.start()  # the commit and diff this run is credited to, taken before it measures anything
 
 command = [sys.executable, str(ROOT / "bench" / "families.py"), "--families", "eagle3", "--family", "peagle", "peagle",
            *args.peagle_set,

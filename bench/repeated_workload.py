@@ -123,6 +123,7 @@ def main() -> None:
                                helps={"num_prompts": "requests in the workload (at most 24)",
                                       "out": "where the workload file and every method's eval go"})
     args = parser.parse_args()
+    records.start()  # the commit and diff this run is credited to, taken before it measures anything
     if any(bound <= 0 for bound in args.cache_tokens):
         parser.error("--cache-tokens: every bound must be a positive number of tokens")
     out = Path(args.out)

@@ -38,6 +38,7 @@ records.add_shared_options(parser, target="smollm2-135m-instruct", num_prompts=1
                            out="runs/serving", helps={"num_prompts": "prompts traced per drafter (code and chat)",
                                                       "out": "folder of the prompts, traces, profile and simulation"})
 args = parser.parse_args()
+records.start()  # the commit and diff this run is credited to, taken before it measures anything
 out = Path(args.out)
 DRAFTSMITH = [sys.executable, "-m", "draftsmith"]
 
@@ -64,6 +65,7 @@ for index, folder in enumerate(args.drafter):
     traces[f"drafter-{name}"] = ["--drafter", folder]
     if args.suffix:
         traces[f"hybrid-{name}"] = ["--drafter", f"hybrid:{folder}"]
+drafters = {folder: records.drafter_sha256(folder) for folder in args.drafter}  # each drafter traced, by content
 for name, drafter in traces.items():
     step(out / name / "traces.json", [*DRAFTSMITH, "eval", *drafter, *common, "--out", str(out / name)])
 step(out / "profile.json", [*DRAFTSMITH, "serve-sim", "profile", "--target", args.target, "--threads", str(args.threads),
@@ -74,4 +76,4 @@ step(out / "sim" / "results.json", [
     "--rates", *map(str, args.rates), "--num-requests", str(args.num_requests), "--max-batch", str(args.max_batch),
     "--out", str(out / "sim")])
 records.apply_threads(args)  # the record's torch threads: what the steps ran with
-records.write("serving", json.loads((out / "sim" / "results.json").read_text()), args)
+records.write("serving", {**json.loads((out / "sim" / "results.json").read_text()), "drafters": drafters}, args)
