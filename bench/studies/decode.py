@@ -1,6 +1,6 @@
 """Decode benchmark: our loops against transformers generate(), as ratios measured in one run.
 
-    .venv/bin/python bench/decode.py --num-prompts 10 --max-new-tokens 128
+    .venv/bin/python bench/studies/decode.py --num-prompts 10 --max-new-tokens 128
 
 On HumanEval prompts with smollm2-135m-instruct at T=0, interleaved prompt by prompt:
   1. our plain loop vs generate()                                  (goal >= 1.0x)
@@ -13,6 +13,9 @@ Like `draftsmith eval`, the target's linear layers first get W·xᵀ for the few
 measured faster (draftsmith/small_batch.py); every method, generate() included, runs those same layers, and
 our plain loop is also run with torch's own linear to show what that alone is worth.
 Every greedy output is also compared token by token with our plain loop.
+
+Study, not measured: no record of a run is committed (it was listed among the canonical benches without one).
+A run still writes its record under results/decode/, which docs/results.md lists but does not render.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for records.py
 
 from draftsmith.drafters import DraftShape, Sampling  # noqa: E402
 from draftsmith.drafters.prompt_lookup import Config, PromptLookup  # noqa: E402
@@ -51,6 +55,7 @@ parser.add_argument("--no-small-batch-linear", dest="small_batch_linear", action
 records.add_shared_options(parser, target="smollm2-135m-instruct", num_prompts=10, max_new_tokens=128, threads=0,
                            out=None, helps={"out": "also write the numbers as JSON here"})
 args = parser.parse_args()
+records.start()  # the commit and diff this run is credited to, taken before it measures anything
 records.apply_threads(args)
 
 GREEDY = Sampling()

@@ -1,6 +1,6 @@
 """Benchmark: what one drafting call costs, per drafter shape, on the real target, measured side by side.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/draft_cost.py --draft-vocab runs/smollm2-135m-instruct/data
+    OMP_NUM_THREADS=2 .venv/bin/python bench/studies/draft_cost.py --draft-vocab runs/smollm2-135m-instruct/data
 
 Draft time per verify cycle does not depend on what the weights learned, so untrained drafters of each shape are
 timed in the decoder's conditions: the target's features of a real 320-token text, the committed prefix growing by
@@ -9,6 +9,9 @@ where the tuning finds that faster (as `draftsmith eval` does). Shapes: DFlash b
 draft layers over the target's whole vocabulary, DFlash and DSpark blocks of 8 over the draft vocabulary, DSpark's
 block of 8 (its Markov walk adds one r x N product per position), and EAGLE-3 chains of 3 and 7 (one draft-layer
 step per token). Prints the median milliseconds per call and each over EAGLE-3's chain of 7. Run it alone.
+
+Study, not measured: no record of a run is committed (it was listed among the canonical benches without one).
+A run still writes its record under results/draft_cost/, which docs/results.md lists but does not render.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for records.py
 
 from draftsmith.data.vocab import load_draft_vocab  # noqa: E402
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, dflash, eagle  # noqa: E402
@@ -38,6 +42,7 @@ parser.add_argument("--cycles", type=int, default=40, help="drafting calls timed
 parser.add_argument("--rounds", type=int, default=3, help="rounds over all shapes, interleaved; the median of all")
 records.add_shared_options(parser, target="smollm2-135m-instruct", threads=0)
 args = parser.parse_args()
+records.start()  # the commit and diff this run is credited to, taken before it measures anything
 records.apply_threads(args)
 
 torch.manual_seed(0)

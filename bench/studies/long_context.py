@@ -1,6 +1,6 @@
 """Long-context benchmark: does speculation keep its speedup as the prompt grows? Ratios from one run.
 
-    PYTHONPATH=. .venv/bin/python bench/long_context.py --drafter runs/quick/best --contexts 256 2048 8192
+    PYTHONPATH=. .venv/bin/python bench/studies/long_context.py --drafter runs/quick/best --contexts 256 2048 8192
 
 Each HumanEval prompt gets N tokens of real code in front of it (standard-library sources, the ones
 the built-in corpus `builtin:stdlib` is made from, a different stretch per prompt). At every N, in one
@@ -13,6 +13,9 @@ the trained drafter as a chain and as a tree. Printed per method and N:
   - prompt lookup's matching cost per cycle with the incremental n-gram index and with a full scan.
 Goals (issue 18): each method's speedup at the largest N within 10% of its speedup at the smallest N;
 rollback < 2% of a verify pass at every N. Every greedy output is compared with the plain loop's.
+
+Study, not measured: no record of a run is committed (it was listed among the canonical benches without one).
+A run still writes its record under results/long_context/, which docs/results.md lists but does not render.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for records.py
 
 from draftsmith.data.corpus import stdlib_functions  # noqa: E402
 from draftsmith.drafters import DraftShape, Sampling  # noqa: E402
@@ -49,6 +53,7 @@ parser.add_argument("--dtype", default="float32")
 records.add_shared_options(parser, target="smollm2-135m-instruct", num_prompts=2, max_new_tokens=48, threads=0,
                            out=None, helps={"out": "also write the numbers as JSON here"})
 args = parser.parse_args()
+records.start()  # the commit and diff this run is credited to, taken before it measures anything
 records.apply_threads(args)
 
 GREEDY = Sampling()
@@ -56,6 +61,7 @@ target = load_target(args.target, dtype=args.dtype)
 tokenizer = target.tokenizer
 eos = decoder.eos_ids(target)
 drafter = load_drafter(args.drafter, target)
+drafter_sha256 = records.drafter_sha256(args.drafter)  # the drafter measured, by content
 lookup = PromptLookup(Config(max_ngram=3))
 lookup.calibrate(target, args.draft_length)
 tree = tuple(int(v) for v in args.tree.split(","))
@@ -235,7 +241,7 @@ for name in METHODS:
         print(f"{name:<22} speedup at N={high} / at N={low}: {ratio:.2f} (goal 0.90-1.10: "
               f"{'met' if abs(ratio - 1) <= 0.10 else 'NOT met'}); worst rollback {worst:.2%} of verify "
               f"(goal < 2%: {'met' if worst < 0.02 else 'NOT met'})")
-measured = {"results": results, "summary": summary, "config": vars(args), "environment": environment(target)}
+measured = {"results": results, "summary": summary, "config": {**vars(args), "drafter_sha256": drafter_sha256}, "environment": environment(target)}
 if args.out:
     Path(args.out).write_text(json.dumps(measured, indent=2, default=str) + "\n")
 records.write("long_context", measured, args)

@@ -1,6 +1,6 @@
 """Benchmark of `draftsmith capture`: ratios measured in one run, on the same data.
 
-    .venv/bin/python bench/capture.py --target smollm2-135m-instruct --samples 64
+    .venv/bin/python bench/studies/capture.py --target smollm2-135m-instruct --samples 64
 
 Prints one JSON object:
   capture_tokens_per_s / forward_tokens_per_s = throughput_ratio   (goal >= 0.9)
@@ -12,6 +12,9 @@ Prints one JSON object:
   peak_rss_mib (process peak resident memory), and peak_gpu_mib on a GPU.
 The data: `--data DIR` (a prepared folder) or, by default, the first `--samples` conversations of
 builtin:stdlib prepared for the target in a temporary folder.
+
+Study, not measured: no record of a run is committed (it was listed among the canonical benches without one).
+A run still writes its record under results/capture/, which docs/results.md lists but does not render.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for records.py
 
 from draftsmith.data.capture import TokenDataset, batches_by_tokens, collate, parse_layers  # noqa: E402
 from draftsmith.data.offline import CaptureConfig, write_capture  # noqa: E402
@@ -76,6 +80,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=None, help="where shards are written (default: a temp folder)")
     records.add_shared_options(parser, target="smollm2-135m-instruct", threads=0)
     args = parser.parse_args()
+    records.start()  # the commit and diff this run is credited to, taken before it measures anything
     records.apply_threads(args)
 
     target = load_target(args.target, dtype=args.target_dtype, device=args.device)

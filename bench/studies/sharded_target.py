@@ -2,8 +2,8 @@
 in one run: per process, the bytes of the target's weights it holds, its resident and peak memory, the time of a
 feature forward, and whether its features equal the single process's.
 
-    .venv/bin/python bench/sharded_target.py                       # SmolLM2-135M, 1 and 2 processes
-    .venv/bin/python bench/sharded_target.py --processes 1,2,4 --target PATH_OR_HUB_ID --tokens 512
+    .venv/bin/python bench/studies/sharded_target.py                       # SmolLM2-135M, 1 and 2 processes
+    .venv/bin/python bench/studies/sharded_target.py --processes 1,2,4 --target PATH_OR_HUB_ID --tokens 512
 
 Each process count runs in its own `torchrun` group (gloo on a CPU, NCCL on GPUs); the one-process row is the
 whole target in one process, unsharded. "Resident" is what the process holds after its forwards beyond what torch
@@ -14,6 +14,9 @@ on GPUs only one layer at a time is whole on the device). On a CPU, glibc keeps 
 buffers (about one whole target over a forward, spread over gloo's threads' arenas) unless large blocks are
 mapped and unmapped on their own: every row runs with MALLOC_MMAP_THRESHOLD_ set to --mmap-threshold
 (measured on SmolLM2-135M, 2 processes: peak 1.76 GB without it, 1.01 GB with it; 0 = glibc's default).
+
+Study, not measured: no record of a run is committed (it was listed among the canonical benches without one).
+A run still writes its record under results/sharded_target/, which docs/results.md lists but does not render.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for records.py
 
 import records  # bench/: the shared command line and the run's record
 
@@ -99,6 +104,7 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
+    records.start()  # the commit and diff this run is credited to, taken before it measures anything
     cores = len(os.sched_getaffinity(0))
     out = Path(tempfile.mkdtemp(prefix="sharded-target-"))
     rows = []

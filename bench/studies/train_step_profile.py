@@ -1,6 +1,6 @@
 """Benchmark: where one online EAGLE-3 training step's time goes, in the default recipe's shapes. Run it alone.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/train_step_profile.py --data runs/smollm2-135m-instruct/data
+    OMP_NUM_THREADS=2 .venv/bin/python bench/studies/train_step_profile.py --data runs/smollm2-135m-instruct/data
 
 One batch of 4 prepared samples (the recipe's batch_size) whose lengths are nearest the data's median, as
 `group_by_length` batches them, cut to 512 tokens; fp32 on the CPU. Each part is the median of --repeats runs
@@ -19,6 +19,9 @@ first visit captures its top-k too and later epochs take it from memory (train/d
 add the drafter's forward and backward timed with that top-k to the capture and the optimizer step. Last, whole
 online steps (with and without the kept top-k) are timed in turn with the target's forward-only pass, the
 ratios this noisy machine gives most steadily.
+
+Study, not measured: no record of a run is committed (it was listed among the canonical benches without one).
+A run still writes its record under results/train_step_profile/, which docs/results.md lists but does not render.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for records.py
 
 from draftsmith.data.capture import TokenDataset, capture_batch, collate  # noqa: E402
 from draftsmith.data.prepared import load_prepared  # noqa: E402
@@ -50,6 +54,7 @@ parser.add_argument("--ttt-steps", type=int, default=7, help="TTT steps of the t
 parser.add_argument("--topk", type=int, default=8, help="stored top-k logits the offline label variants read (default 8)")
 records.add_shared_options(parser, target="smollm2-135m-instruct", threads=0)
 args = parser.parse_args()
+records.start()  # the commit and diff this run is credited to, taken before it measures anything
 
 
 def median_ms(work, repeats: int = args.repeats) -> float:
