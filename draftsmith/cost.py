@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 
 import torch
-from transformers import DynamicCache
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.kv_cache import rollback_cache
 
 
 CALIBRATION_REPEATS = 15
@@ -28,7 +28,7 @@ def verify_cost_curve(target, sizes, context: torch.Tensor, repeats: int = CALIB
     The sizes are interleaved (reversed every other round) so that drift hits them alike; the
     cache is cropped back to the context after every pass."""
     sizes = sorted(set(sizes))
-    cache = DynamicCache(config=target.config)
+    cache = rollback_cache(target.config)  # the decoder's own kind of cache, which a crop cannot break
     target.forward(context[:, : context.shape[1] - max(sizes)], cache=cache, logits_to_keep=1)
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for round_ in range(repeats):

@@ -26,12 +26,12 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import DynamicCache
 
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, predicting_positions, shared_prefix
 from draftsmith.drafters.losses import LossOptions, distribution_loss
-from draftsmith.drafters.tree import TreeSlots, dynamic_tree, tree_attention_mask
+from draftsmith.drafters.tree import TreeSlots, dynamic_tree
 from draftsmith.errors import DraftsmithError
+from draftsmith.kv_cache import attention_windows, rollback_cache, tree_attention_mask
 from draftsmith.sampling import target_probs
 
 META_KEYS = ("draftsmith_kind", "draftsmith_config", "target_name", "target_fingerprint")
@@ -249,8 +249,9 @@ class DraftLM:
 
     def reset(self) -> None:
         """Drop the cache of the previous request."""
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = rollback_cache(self.model.config)
         self.cached = torch.zeros(0, dtype=torch.long)  # tokens whose keys/values the cache holds
+        self.windows = attention_windows(self.model.config)
 
     @property
     def assistant_model(self):
@@ -307,7 +308,7 @@ class DraftLM:
 
         def grow(node_ids, node_tokens, parent_ids):
             _, depths, sees = slots.add(node_ids, parent_ids)
-            mask = tree_attention_mask(sees, committed, self.model.dtype).to(device)
+            mask = tree_attention_mask(sees, committed, self.model.dtype, committed - 1 + slots.depth, self.windows)
             out = self.model.forward(node_tokens[None].to(device), cache=self.cache, attention_mask=mask,
                                      position_ids=(committed - 1 + depths)[None].to(device))
             return torch.log_softmax(_fit_vocab(out.logits[0].float().cpu(), self.target_vocab_size), -1)

@@ -99,15 +99,3 @@ class TreeSlots:
         for offset, node in enumerate(node_ids.tolist()):
             self.slot_of[node] = old + offset
         return parent_slots, depth, rows
-
-
-def tree_attention_mask(sees: torch.Tensor, past: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive 4D mask [1, 1, n, past + m] for n queries: each sees the `past` cached positions and the
-    last m (tree) positions that its row of `sees` [n, m] allows (itself and its ancestors).
-
-    Additive (0 / most negative) rather than boolean so that eager attention, which adds the mask
-    to the scores, and SDPA read it the same way.
-    """
-    allowed = torch.cat([torch.ones(sees.shape[0], past, dtype=torch.bool), sees], dim=1)
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]

@@ -19,7 +19,7 @@ from transformers import DynamicCache
 
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
 from draftsmith.errors import DraftsmithError
-from draftsmith.drafters.tree import tree_attention_mask
+from draftsmith.kv_cache import attention_windows, keep_cache, rollback_cache, tree_attention_mask
 from draftsmith.eval.verify import tree_layout, verify_chain, verify_tree
 from draftsmith.sampling import choose
 
@@ -61,29 +61,6 @@ def eos_ids(target) -> set[int]:
     return ids
 
 
-# --------------------------------------------------------------------------- KV cache by position
-def keep_cache(cache: DynamicCache, start: int, keep: torch.Tensor) -> None:
-    """Keep cache positions [0, start) plus `start + keep` (sorted offsets), drop the rest.
-
-    A tree's accepted path is moved in place into the slots right after `start`, then the tail is
-    cropped: the cost is O(accepted tokens), not O(context) as re-indexing the whole cache would be."""
-    length = cache.get_seq_length()
-    count = keep.numel()
-    if not bool((keep == torch.arange(count)).all()):  # a chain prefix needs no move, only the crop
-        for layer in cache.layers:
-            if not hasattr(layer, "keys") or getattr(layer, "is_sliding", False):
-                raise DraftsmithError(
-                    f"Tree verification needs a plain full-attention KV cache; this target uses "
-                    f"{type(layer).__name__}. Use a chain draft (--draft-length) instead."
-                )
-            source = (start + keep).to(layer.keys.device)
-            # index_select copies the few kept slots first, so overlapping source/destination is safe.
-            layer.keys[..., start : start + count, :] = layer.keys.index_select(-2, source)
-            layer.values[..., start : start + count, :] = layer.values.index_select(-2, source)
-    if length > start + count:
-        cache.crop(-(length - start - count))
-
-
 class GrowingFeatures:
     """Target features of the committed positions, appended in amortised O(new) time.
 
@@ -109,9 +86,10 @@ class GrowingFeatures:
 
 
 # --------------------------------------------------------------------------- prefill
-def _prefill(target, prompt: torch.Tensor, layers: list[int], sampling: Sampling, generator):
-    """Run the prompt through the target; return (cache, first new token [1], features)."""
-    cache = DynamicCache(config=target.config)
+def _prefill(target, prompt: torch.Tensor, layers: list[int], sampling: Sampling, generator, cache=None):
+    """Run the prompt through the target (into `cache`, else the model's own kind of DynamicCache); return
+    (cache, first new token [1], features)."""
+    cache = DynamicCache(config=target.config) if cache is None else cache
     out = target.forward(prompt, layers=layers, cache=cache, logits_to_keep=1)
     first = choose(out.logits[0, -1:].float().cpu(), sampling, generator)
     return out.cache, first, out.features
@@ -158,7 +136,7 @@ def speculative_generate(
     layers = list(proposer.required_layers)
     proposer.reset()
     start = time.perf_counter()
-    cache, first, features = _prefill(target, prompt, layers, sampling, generator)
+    cache, first, features = _prefill(target, prompt, layers, sampling, generator, rollback_cache(target.config))
     ttft = time.perf_counter() - start
     state = DecodeState(torch.cat([prompt, first[None]], dim=1), features, prompt_length=prompt.shape[1])
     stored = GrowingFeatures(features)
@@ -181,8 +159,9 @@ def speculative_generate(
 def tree_forward(target, inputs: torch.Tensor, parents: torch.Tensor, past: int, cache, layers=()):
     """Target pass over [root] + tree nodes `inputs` [1, n+1]: tree mask, positions past + depth."""
     sees, depth = tree_layout(parents)
-    mask = tree_attention_mask(sees, past, target.dtype)
-    return target.forward(inputs, layers=layers, cache=cache, attention_mask=mask, position_ids=(past + depth)[None])
+    positions = past + depth
+    mask = tree_attention_mask(sees, past, target.dtype, positions, attention_windows(target.config))
+    return target.forward(inputs, layers=layers, cache=cache, attention_mask=mask, position_ids=positions[None])
 
 
 def _verify(target, cache, state: DecodeState, draft: Draft, layers, sampling, generator, stored: GrowingFeatures):

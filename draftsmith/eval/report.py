@@ -95,6 +95,9 @@ def methods_markdown(results_by_method: dict[str, dict]) -> str:
     lines = ["| method | τ | speedup vs our plain loop | tokens/s | draft time fraction | lossless |",
              "|---|---|---|---|---|---|"]
     for name, results in results_by_method.items():
+        if "skipped" in results:  # a method this target cannot run (train.pipeline.final_report)
+            lines.append(f"| {name} | skipped: {results['skipped']} | | | | |")
+            continue
         lines.append(f"| {name} | {_num(results['acceptance_length'])} | {ratio(results['speedup'])} | "
                      f"{_num(results['tokens_per_s']['overall'], 1)} | {_num(results['draft_time_fraction'], 3)} | "
                      f"{results['lossless']['identical']} / {results['lossless']['checked']} |")

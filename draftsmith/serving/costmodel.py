@@ -172,7 +172,7 @@ def time_passes(target, contexts: list[int], steps: list[list[int]], seed: int =
     Rows are left-padded to the longest context and the widest step, with an attention mask and
     per-row positions, as a padded batch is served. Contexts of 0 time prefills of the step's width."""
     import torch
-    from transformers import DynamicCache
+    from draftsmith.kv_cache import rollback_cache
 
     generator = torch.Generator().manual_seed(seed)
     device, longest = target.device, max(contexts)
@@ -186,7 +186,7 @@ def time_passes(target, contexts: list[int], steps: list[list[int]], seed: int =
 
     times = []
     with torch.no_grad():
-        cache, mask = DynamicCache(config=target.config), torch.zeros(len(contexts), 0, dtype=torch.long)
+        cache, mask = rollback_cache(target.config), torch.zeros(len(contexts), 0, dtype=torch.long)
         if longest:
             ids, mask = padded(contexts, longest)
             target.forward(ids.to(device), attention_mask=mask.to(device),
@@ -205,7 +205,7 @@ def time_passes(target, contexts: list[int], steps: list[list[int]], seed: int =
             if longest:
                 cache.crop(-max(step))
             else:
-                cache = DynamicCache(config=target.config)
+                cache = rollback_cache(target.config)
     return times
 
 

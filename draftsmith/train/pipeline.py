@@ -114,7 +114,8 @@ METHOD_SPECS = {"drafter": "{best}", "suffix": "suffix", "hybrid": "hybrid:{best
 
 def final_report(config: TrainConfig, target) -> dict | None:
     """Decode the report prompts with best/ (and, as report.methods asks, suffix matching alone and the hybrid of
-    both) through the same code as `draftsmith eval`; print the summary. Returns the first method's results."""
+    both) through the same code as `draftsmith eval`; print the summary. A method the target cannot run (a
+    DraftsmithError) is skipped with its reason and the others still report. Returns the first reported method's results."""
     section = config.report
     best = Path(config.output_dir) / "best"
     if section.num_prompts < 1:
@@ -143,8 +144,12 @@ def final_report(config: TrainConfig, target) -> dict | None:
             chat_template=(config.prepare or {}).get("chat_template"),  # prompts as the drafter saw its data
         )
         eval_config.validate()
-        results[method] = evaluate_and_report(eval_config, target=target)
+        try:
+            results[method] = evaluate_and_report(eval_config, target=target)
+        except DraftsmithError as err:  # a finished training run is never thrown away for one method
+            results[method] = {"skipped": str(err)}
+            print(f"report: {method} skipped on this target: {err}", flush=True)
     if len(results) > 1:
         write_atomically(out / "methods.md", methods_markdown(results))
         print(f"methods side by side: {out / 'methods.md'}")
-    return results[section.methods[0]]
+    return next((found for found in results.values() if "skipped" not in found), None)
