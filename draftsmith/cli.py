@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import logging
 import os
 import sys
 
-from draftsmith.errors import DraftsmithError
+from draftsmith.errors import DraftsmithError, quiet_libraries
 
 # subcommand -> module that defines register(subparsers) and run(args)
 COMMANDS = {
@@ -187,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv or os.environ.get("DRAFTSMITH_DEBUG") == "1"
     if not debug:
-        _quiet_libraries()
+        quiet_libraries()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -207,14 +206,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("draftsmith: interrupted", file=sys.stderr)
         return 130
-
-
-def _quiet_libraries() -> None:
-    """Keep library chatter (weight-loading bars, deprecation notes) out of the user's way."""
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    import warnings
-
-    warnings.filterwarnings("ignore", category=UserWarning)
-    warnings.filterwarnings("ignore", category=FutureWarning)

@@ -76,10 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m draftsmith.data.commands prepare|capture ...`: these two commands without the rest of the CLI."""
     import sys
 
-    from draftsmith.cli import _quiet_libraries
-    from draftsmith.errors import DraftsmithError
+    from draftsmith.errors import DraftsmithError, quiet_libraries
 
-    _quiet_libraries()
+    quiet_libraries()
     parser = argparse.ArgumentParser(prog="draftsmith")
     register(parser.add_subparsers(dest="command", required=True))
     try:
