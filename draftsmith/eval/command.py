@@ -114,7 +114,7 @@ class EvalConfig:
             raise DraftsmithError("Need --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0.")
         self.tree_shape()
         if self.draft_lengths is not None:
-            from draftsmith.serving.traces import parse_lengths
+            from draftsmith.eval.traces import parse_lengths
 
             parse_lengths(self.draft_lengths)
             if not self.save_traces or self.tree is not None or self.temperature > 0:
@@ -199,7 +199,7 @@ def _save_traces(config: EvalConfig, target, proposer, prompts, runs, sampling) 
     from pathlib import Path
 
     from draftsmith.eval.runner import environment
-    from draftsmith.serving import traces
+    from draftsmith.eval import traces
 
     lengths = [n for n in traces.parse_lengths(config.draft_lengths) if n != config.draft_length]
     extra = traces.decode_lengths(target, proposer, prompts, lengths, sampling, config.max_new_tokens, config.seed)
@@ -231,7 +231,7 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     from draftsmith.eval.prompts import load_prompts
     from draftsmith.eval.report import write_report
     from draftsmith.eval.runner import compare, drafter_kind, environment, load_drafter
-    from draftsmith.serving.traces import parse_lengths
+    from draftsmith.eval.traces import parse_lengths
     from draftsmith.target import load_target, resolve_device
 
     check_arguments(config)  # every argument, before the target loads and the linear layers are tuned
