@@ -110,8 +110,33 @@ def _run_onednn(layer: nn.Linear, copy: torch.Tensor, x: torch.Tensor) -> torch.
 
 
 REORDERED = {"packed": (can_pack, pack, _run_packed), "onednn": (can_onednn, onednn_pack, _run_onednn)}
-"""the forms that keep a reordered copy of each weight (in `layer.<form>_weight` once installed): (whether it serves
-a layer, the copy of a weight, run(layer, copy, x))"""
+"""the forms that keep a reordered copy of each weight (a `ReorderedWeight` in `layer.<form>_weight` once installed):
+(whether it serves a layer, the copy of a weight, run(layer, copy, x))"""
+
+
+class ReorderedWeight:
+    """A form's reordered copy of one layer's weight, used only while that weight is the one it was made from.
+
+    The copies are opaque tensors (oneDNN's cannot even be read back), so a copy of the model (deepcopy, pickling:
+    Medusa-2 deep-copies the target it tunes) gets an empty one and runs F.linear until `install` routes it again;
+    a weight replaced or changed in place (a new storage, an optimizer step) no longer matches and does the same.
+    (An in-place change through `.data` keeps both stamps: `install` again after one.)"""
+
+    __slots__ = ("tensor", "stamp")
+
+    def __init__(self, weight: torch.Tensor | None = None, tensor: torch.Tensor | None = None):
+        self.tensor = tensor
+        self.stamp = None if weight is None else (weight.data_ptr(), weight._version)
+
+    def serves(self, weight: torch.Tensor) -> bool:
+        """Whether this copy still stands for `weight`."""
+        return self.tensor is not None and self.stamp == (weight.data_ptr(), weight._version)
+
+    def __deepcopy__(self, memo) -> "ReorderedWeight":
+        return ReorderedWeight()
+
+    def __reduce__(self):
+        return ReorderedWeight, ()
 
 
 def narrow_linear(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
@@ -141,9 +166,14 @@ def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return narrow_linear(self.weight, self.bias, x)
     if form in REORDERED and not torch.is_grad_enabled():
         copy = getattr(self, f"{form}_weight")
-        if copy is not None:
-            return REORDERED[form][2](self, copy, x)
+        if copy is not None and copy.serves(self.weight):
+            return REORDERED[form][2](self, copy.tensor, x)
     return F.linear(x, self.weight, self.bias)
+
+
+# A pickled layer's bound `forward` is rebuilt on load as getattr(layer, <function name>); under this name that is
+# nn.Linear's own forward, so an unpickled model runs F.linear until `install` routes it again (as a deep copy does).
+_forward.__name__ = "forward"
 
 
 def linears(model: nn.Module) -> list[nn.Linear]:
@@ -161,7 +191,8 @@ def install(model: nn.Module, rows) -> int:
         if forms:
             layer.narrow_rows = forms
             for name, (serves, prepare, _) in REORDERED.items():
-                setattr(layer, f"{name}_weight", prepare(layer.weight) if name in forms.values() and serves(layer) else None)
+                serving = name in forms.values() and serves(layer)
+                setattr(layer, f"{name}_weight", ReorderedWeight(layer.weight, prepare(layer.weight)) if serving else None)
             layer.forward = types.MethodType(_forward, layer)
         else:
             remove_layer(layer)

@@ -514,3 +514,36 @@ def test_eval_turns_the_cut_on_for_a_medusa_folder_and_refuses_it_where_there_ar
     dflash.create(dflash.Config(block_size=4), target).save_pretrained(tmp_path / "dflash")
     with pytest.raises(DraftsmithError, match="no confidences to cut its drafts by"):
         load_drafter(str(tmp_path / "dflash"), target, confidence_cut=True)
+
+
+@pytest.mark.parametrize("form", ["narrow", "packed", "onednn"])
+def test_medusa2_evaluates_and_reports_whatever_form_the_targets_linear_layers_took(form, tiny_qwen3, tmp_path,
+                                                                                  monkeypatch):
+    """Eval routes the target's linear layers (small_batch) before it loads the drafter, and Medusa-2's proposer
+    deep-copies that target: with each form forced on every row count, `draftsmith eval` and the recipe's report
+    run, lossless (oneDNN's reordered weights once made the copy raise on AMX CPUs)."""
+    from draftsmith import small_batch
+    from draftsmith.config import load
+    from draftsmith.eval.command import EvalConfig, evaluate_and_report
+    from draftsmith.train.config import TrainConfig
+    from draftsmith.train.pipeline import final_report
+
+    if form in small_batch.REORDERED and not small_batch.REORDERED[form][0](small_batch.linears(tiny_qwen3.model)[0]):
+        pytest.skip(f"torch here has no {form} form")
+    forced = {n: form for n in [*range(1, small_batch.MAX_ROWS + 1), *small_batch.LONG_ROWS]}
+    monkeypatch.setattr(small_batch, "tune", lambda model, max_rows=small_batch.MAX_ROWS: {
+        "rows": forced, "linear_ms": {}, "seconds": 0.0})
+    target = frozen(tiny_qwen3)
+    medusa2(target).save_pretrained(tmp_path / "run" / "best")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(f'{{"prompt": "count {k} {k} {k}"}}\n' for k in range(3)))
+    config = EvalConfig(target="unused", drafter=str(tmp_path / "run" / "best"), out=str(tmp_path / "eval"),
+                        prompts=str(prompts), num_prompts=3, max_new_tokens=10, transformers_baseline=False)
+    results = evaluate_and_report(config, target=target)
+    assert results["lossless"] == {"checked": 3, "identical": 3}
+    assert set(results["environment"]["small_batch_linear_rows"].values()) == {form}
+    recipe = load(TrainConfig, "recipes/smollm2-135m/medusa2.yaml", [
+        f"output_dir={tmp_path / 'run'}", f"report.prompts={prompts}", "report.num_prompts=2",
+        "report.max_new_tokens=8", "report.transformers_baseline=false"])
+    assert final_report(recipe, target)["lossless"] == {"checked": 2, "identical": 2}
+    assert small_batch.installed_rows(target.model) == {}  # the report leaves the target as it came

@@ -180,3 +180,29 @@ def _prompts(tmp_path):
     path = tmp_path / "prompts.jsonl"
     path.write_text('{"prompt": "abc abc abc abc"}\n')
     return path
+
+
+@pytest.mark.parametrize("form", ["narrow", pytest.param("packed", marks=needs_mkl),
+                                  pytest.param("onednn", marks=needs_onednn)])
+def test_a_routed_model_copies_pickles_and_follows_changes_to_its_weights(form, tiny_llama):
+    """A deep copy or a pickle of a routed model is a model that computes the same (the reordered copies do not
+    travel: it runs F.linear until routed again), and a weight changed in place is never read from a stale copy."""
+    import copy
+    import io
+
+    model = tiny_llama.model
+    small_batch.install(model, {n: form for n in range(1, small_batch.MAX_ROWS + 1)})
+    tokens = PROMPT[:, :3]
+    with torch.no_grad():
+        expected = model(tokens).logits
+        twin = copy.deepcopy(model)
+        torch.testing.assert_close(twin(tokens).logits, expected, atol=1e-5, rtol=1e-5)
+        buffer = io.BytesIO()
+        torch.save(model, buffer)
+        buffer.seek(0)
+        torch.testing.assert_close(torch.load(buffer, weights_only=False)(tokens).logits, expected, atol=1e-5, rtol=1e-5)
+        layer = small_batch.linears(model)[-1]  # the output head
+        layer.weight.mul_(2.0)  # an in-place change (as an optimizer step makes)
+        doubled = model(tokens).logits
+        small_batch.remove(model)
+        torch.testing.assert_close(doubled, model(tokens).logits, atol=1e-5, rtol=1e-5)
