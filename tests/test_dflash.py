@@ -214,8 +214,9 @@ def test_blockwise_attention_gives_the_sdpa_loss_and_gradients(tiny_qwen3, ancho
         context = sdpa.context_kv(batch["features"], 0, 20)
         at = anchors.clamp(min=0)
         right = sdpa.blocks(block, positions, context, BlockLayout(at, 20, 4))
+        # float32 summation order differs between the two paths: 1.05e-6 apart on an AVX2-only EPYC
         torch.testing.assert_close(right, sdpa.blocks(block, positions, context, block_attention_mask(at, 20, 4)),
-                                   rtol=1e-5, atol=1e-6)
+                                   rtol=1e-5, atol=1e-5)
         assert not torch.allclose(right, sdpa.blocks(block, positions, context, BlockLayout(at + 1, 20, 4)),
                                   atol=1e-4)
 
