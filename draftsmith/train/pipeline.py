@@ -114,25 +114,40 @@ METHOD_SPECS = {"drafter": "{best}", "suffix": "suffix", "hybrid": "hybrid:{best
 
 def final_report(config: TrainConfig, target) -> dict | None:
     """Decode the report prompts with best/ (and, as report.methods asks, suffix matching alone and the hybrid of
-    both) through the same code as `draftsmith eval`; print the summary. A method the target cannot run (a
-    DraftsmithError) is skipped with its reason and the others still report. Returns the first reported method's results."""
+    both) through the same code as `draftsmith eval`, then each of report.also_prompts into out/<set>/; print the
+    summaries. A method the target cannot run (a DraftsmithError) is skipped with its reason and the others still
+    report. Returns the first reported method's results on report.prompts."""
     section = config.report
     best = Path(config.output_dir) / "best"
     if section.num_prompts < 1:
         return None
     if not best.is_dir():
         raise DraftsmithError(f"No drafter at {best} to report on; training did not produce best/.")
+    out = Path(section.out or Path(config.output_dir) / "eval")
+    results = _report_prompts(config, target, best, section.prompts, out)
+    for prompts in section.also_prompts:
+        _report_prompts(config, target, best, prompts, out / prompt_set_name(prompts))
+    return next((found for found in results.values() if "skipped" not in found), None)
+
+
+def prompt_set_name(prompts: str) -> str:
+    """The folder a report of `prompts` goes to: builtin:handwritten -> handwritten, a file -> its stem."""
+    return prompts.split(":", 1)[1] if prompts.startswith("builtin:") else Path(prompts).stem
+
+
+def _report_prompts(config: TrainConfig, target, best: Path, prompts: str, out: Path) -> dict:
+    """{method: results, or {"skipped": reason}} of report.methods on `prompts`, written under `out`."""
     from draftsmith.eval.command import EvalConfig, evaluate_and_report
     from draftsmith.eval.report import methods_markdown
 
-    out = Path(section.out or Path(config.output_dir) / "eval")
+    section = config.report
     results = {}
     suffix_length = section.suffix_length if section.tree is None and section.suffix_length else 0
     for method in section.methods:
         eval_config = EvalConfig(
             target=config.target.name, drafter=METHOD_SPECS[method].format(best=best),
             out=str(out / method if len(section.methods) > 1 else out),
-            prompts=section.prompts, num_prompts=section.num_prompts, max_new_tokens=section.max_new_tokens,
+            prompts=prompts, num_prompts=section.num_prompts, max_new_tokens=section.max_new_tokens,
             draft_length=suffix_length if suffix_length and method != "drafter" else section.draft_length,
             hybrid_drafter_length=section.draft_length if suffix_length and method == "hybrid" else 0,
             suffix_cache_tokens=section.suffix_cache_tokens if method != "drafter" else 0,
@@ -151,5 +166,5 @@ def final_report(config: TrainConfig, target) -> dict | None:
             print(f"report: {method} skipped on this target: {err}", flush=True)
     if len(results) > 1:
         write_atomically(out / "methods.md", methods_markdown(results))
-        print(f"methods side by side: {out / 'methods.md'}")
-    return next((found for found in results.values() if "skipped" not in found), None)
+        print(f"methods side by side on {prompts}: {out / 'methods.md'}")
+    return results
