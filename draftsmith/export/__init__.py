@@ -101,12 +101,17 @@ def export_with_card(checkpoint: str | Path, fmt: str, out: str | Path, *, force
         raise DraftsmithError(f"'{out}' already exists and is not empty. Choose another --out or pass --force.")
     if out.resolve() == checkpoint.resolve():
         raise DraftsmithError("--out must differ from the checkpoint folder.")
+    from draftsmith.export import skeleton
+
     writer = importlib.import_module(FORMAT_WRITERS.get(fmt) or WRITERS[kind])
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         staging.chmod(0o755)
-        facts = writer.write(checkpoint, fmt, staging, Options(out=out, **options))
+        if hasattr(writer, "layout"):
+            facts = skeleton.write(writer.layout(checkpoint, fmt, Options(out=out, **options)), staging)
+        else:
+            facts = writer.write(checkpoint, fmt, staging, Options(out=out, **options))
         replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

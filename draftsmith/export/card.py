@@ -248,18 +248,21 @@ class SharedFacts:
 
 
 def shared_facts(checkpoint: Path, options, kind: str, description: str, target_name: str | None,
-                 variant: str | None = None):
+                 variant: str | None = None, drafter: dict | None = None):
     """(the card facts every export gathers the same way, the results.json path): model_ref, verifier, license,
-    training, results and results_source; `kind` (and `variant`, where results name one) picks this drafter's
-    `draftsmith eval` results."""
+    training, results and results_source; `kind` (and `variant`, where results name one, and every field of
+    `drafter`) picks this drafter's `draftsmith eval` results."""
     training = find_training_info(checkpoint)
     target = options.verifier or training.get("target") or target_name
     if not target:
         raise DraftsmithError(f"'{checkpoint}' does not say which target it drafts for; pass --verifier HUB_ID.")
-    path, results = eval_results_for(checkpoint, options.eval_results,
-                                     lambda r: (r.get("drafter") or {}).get("kind") == kind and
-                                     (variant is None or (r.get("drafter") or {}).get("variant", variant) == variant),
-                                     description)
+
+    def matches(results: dict) -> bool:
+        described = results.get("drafter") or {}
+        return described.get("kind") == kind and (variant is None or described.get("variant", variant) == variant) \
+            and all(described.get(key) == value for key, value in (drafter or {}).items())
+
+    path, results = eval_results_for(checkpoint, options.eval_results, matches, description)
     verifier = verifier_name(target)
     facts = {"model_ref": options.repo_id or str(options.out), "verifier": verifier,
              "license": options.license or dict(HUB_IDS.values()).get(verifier), "training": training,

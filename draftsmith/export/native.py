@@ -10,7 +10,6 @@ and that the tensors load, so decoding it gives exactly the checkpoint's τ.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from safetensors.torch import load_file
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.export import card
+from draftsmith.export.skeleton import Layout, RoundTrip, read_folder
 from draftsmith.files import file_sha256
 
 FORMATS = ("draftsmith",)
@@ -43,20 +43,19 @@ def validate(folder: Path, checkpoint: Path, files: list[str]) -> None:
     load_file(str(folder / "model.safetensors"))
 
 
-def write(checkpoint: Path, fmt: str, staging: Path, options) -> NativeCard:
-    """Copy the checkpoint's files into `staging`, validate them, add the card."""
+def layout(checkpoint: Path, fmt: str, options) -> Layout:
+    """The checkpoint's files, copied as they are; they must read back as the checkpoint's config and tensors."""
     meta = json.loads((checkpoint / "config.json").read_text())
     if not (checkpoint / "model.safetensors").is_file():
         raise DraftsmithError(f"'{checkpoint}' has no model.safetensors: not a complete drafter folder.")
     files = sorted(p.name for p in checkpoint.iterdir() if p.is_file() and p.name not in SKIPPED)
-    for name in files:
-        shutil.copyfile(checkpoint / name, staging / name)
-    validate(staging, checkpoint, files)
     kind = meta["draftsmith_kind"]
-    shared, results_path = card.shared_facts(checkpoint, options, kind, f"is a {kind} drafter", meta.get("target_name"))
-    parameters = sum(t.numel() for t in load_file(str(staging / "model.safetensors")).values())
-    return card.finish_card(staging, NativeCard(**shared, kind=kind, files=files, parameters=parameters),
-                            results_path, render_card)
+    shared, _ = card.shared_facts(checkpoint, options, kind, f"is a {kind} drafter", meta.get("target_name"))
+    tensors = load_file(str(checkpoint / "model.safetensors"))
+    return Layout(validate=lambda folder: validate(folder, checkpoint, files),
+                  round_trip=RoundTrip(read_folder, tensors, fields=dict(meta)),
+                  facts=NativeCard(**shared, kind=kind, files=files, parameters=sum(t.numel() for t in tensors.values())),
+                  render=render_card, copies={name: checkpoint / name for name in files})
 
 
 def render_card(facts: NativeCard) -> str:
