@@ -10,7 +10,6 @@ logits.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.export import card
+from draftsmith.export.skeleton import Layout, RoundTrip
 
 FORMATS = ("hf",)
 META_PREFIX = "draftsmith_"
@@ -35,39 +35,46 @@ class DraftCard(card.SharedFacts):
     speculative_tokens: int
 
 
-def write(checkpoint: Path, fmt: str, staging: Path, options) -> DraftCard:
-    """Copy the model folder without draftsmith's metadata into `staging`, check it in plain transformers, add the card."""
+def layout(checkpoint: Path, fmt: str, options) -> Layout:
+    """The model folder without draftsmith's metadata; loaded by `transformers` alone it must compute the
+    checkpoint's logits."""
     meta = json.loads((checkpoint / "config.json").read_text())
-    for name in checkpoint.iterdir():
-        if name.is_file() and name.name != "config.json" and not name.name.endswith(".md"):
-            shutil.copyfile(name, staging / name.name)
     plain = {k: v for k, v in meta.items() if not k.startswith(META_PREFIX) and k not in PROVENANCE_KEYS}
-    (staging / "config.json").write_text(json.dumps(plain, indent=2) + "\n")
-    check_round_trip(checkpoint, staging)
-    shared, results_path = card.shared_facts(checkpoint, options, "draft_lm", "is a draft LM", meta.get("target_name"))
+    copies = {path.name: path for path in checkpoint.iterdir()
+              if path.is_file() and path.name != "config.json" and not path.name.endswith(".md")}
+    shared, _ = card.shared_facts(checkpoint, options, "draft_lm", "is a draft LM", meta.get("target_name"))
     config = (shared["results"] or {}).get("config") or {}
     facts = DraftCard(**shared, layers=int(plain["num_hidden_layers"]), hidden_size=int(plain["hidden_size"]),
-                      parameters=_parameters(staging), vocab_size=int(plain["vocab_size"]),
+                      parameters=_parameters(checkpoint), vocab_size=int(plain["vocab_size"]),
                       speculative_tokens=options.speculative_tokens or config.get("draft_length") or 4)
-    return card.finish_card(staging, facts, results_path, render_card)
+    return Layout(validate=validate, round_trip=RoundTrip(read_back, read_back(checkpoint)[1]), facts=facts,
+                  render=render_card, config=plain, copies=copies)
+
+
+def validate(folder: Path) -> None:
+    """The folder loads in `transformers` alone, and its tokenizer fits the model's vocabulary."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        config, tokenizer = AutoConfig.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    except Exception as err:  # anything transformers cannot load is a broken export
+        raise DraftsmithError(f"The hf export in '{folder}' does not load in transformers: {type(err).__name__}: {err}")
+    if len(tokenizer) > config.vocab_size:
+        raise DraftsmithError(f"The exported tokenizer has {len(tokenizer)} tokens, the model {config.vocab_size} rows.")
 
 
 @torch.no_grad()
-def check_round_trip(checkpoint: Path, folder: Path) -> None:
-    """The export, loaded by `transformers` alone, must compute the checkpoint's logits on a few token sequences."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def read_back(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config.json, {"logits": the logits of fixed token sequences}) of the model in `folder`, as `transformers`
+    alone loads it: what the round trip compares (its weights may be stored in other names or tied)."""
+    from transformers import AutoModelForCausalLM
 
     try:
-        exported = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     except Exception as err:  # anything transformers cannot load is a broken export
         raise DraftsmithError(f"The hf export in '{folder}' does not load in transformers: {type(err).__name__}: {err}")
-    original = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
-    if len(tokenizer) > exported.config.vocab_size:
-        raise DraftsmithError(f"The exported tokenizer has {len(tokenizer)} tokens, the model {exported.config.vocab_size} rows.")
-    ids = torch.randint(0, len(tokenizer), (2, 12), generator=torch.Generator().manual_seed(0))
-    if not torch.equal(exported(ids).logits, original(ids).logits):
-        raise DraftsmithError(f"The hf export in '{folder}' computes other logits than the checkpoint '{checkpoint}'.")
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    return model.config.to_dict(), {"logits": model(ids).logits}
 
 
 def _parameters(folder: Path) -> int:
