@@ -6,7 +6,8 @@ at every step, i.e. our `shared: true` (or a single module); a Qwen3-family deco
 and its own `final_layernorm`, which is where our frozen target final norm goes; `transformer_layer_config`
 is the verifier's config. The verifier's embedding and lm_head are not stored; engines share the target's.
 Anything else (separate modules, other architectures) is refused with a clear error before anything is
-written. The round trip is checked: the folder converts back to the checkpoint's tensors exactly.
+written. The folder is validated as the library builds it, and the round trip is checked: it converts back to the
+checkpoint's tensors, the target's final norm and the target's config exactly.
 """
 
 from __future__ import annotations
@@ -16,15 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.export import card
+from draftsmith.export.skeleton import Layout, RoundTrip, config_fields, read_folder
 
 FORMATS = ("speculators",)
 SUPPORTED_MODEL_TYPES = ("qwen3",)
 """target architectures whose decoder layer speculators' `mtp` builds the same way as ours (proven by a test)"""
 PREFIX = "mtp_layers.0."
+TARGET_NORM = "target final norm"
+"""the round trip's name for the final norm the folder carries (the target's, in our drafter)"""
+CONFIG_KEYS = {"speculators_model_type", "architectures", "num_nextn_predict_layers", "transformer_layer_config",
+               "speculators_config"}
 
 
 @dataclass(kw_only=True)
@@ -78,11 +84,6 @@ def speculators_tensors(tensors: dict[str, torch.Tensor], final_norm: torch.Tens
     return out
 
 
-def to_checkpoint_tensors(folder: Path) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """An exported folder's tensors back in our names, and the final norm it carries."""
-    return our_names(load_file(str(folder / "model.safetensors")))
-
-
 def our_names(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The layout's tensors in our names, and the final norm it carries (the target's, in our drafter)."""
     tensors = dict(tensors)
@@ -119,6 +120,32 @@ def from_format(config: dict, tensors: dict[str, torch.Tensor]) -> tuple[dict, d
     return (meta, *our_names(tensors))
 
 
+def read_back(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """An exported folder -> (a draftsmith MTP folder's config.json, its tensors and, as TARGET_NORM, the final norm it
+    carries)."""
+    meta, tensors, final_norm = from_format(*read_folder(folder))
+    return meta, {**tensors, TARGET_NORM: final_norm}
+
+
+def validate(folder: Path) -> None:
+    """The folder is what speculators' `mtp` model is built from: exactly its config keys, one module of a supported
+    architecture, a verifier to share the embedding and lm_head with, and only that module's finite tensors."""
+    config, tensors = read_folder(folder)
+    problems = [f"config keys must be exactly {sorted(CONFIG_KEYS)}"] if set(config) != CONFIG_KEYS else []
+    layer, spec = config.get("transformer_layer_config") or {}, config.get("speculators_config") or {}
+    if config.get("num_nextn_predict_layers") != 1 or layer.get("model_type") not in SUPPORTED_MODEL_TYPES:
+        problems.append(f"it must hold one module (num_nextn_predict_layers: 1) of a "
+                        f"{' or '.join(SUPPORTED_MODEL_TYPES)} decoder layer")
+    if not (spec.get("verifier") or {}).get("name_or_path"):
+        problems.append("speculators_config.verifier.name_or_path is missing (engines take the embedding from it)")
+    problems += [f"{name}: not a tensor of the one module" for name in sorted(tensors) if not name.startswith(PREFIX)]
+    problems += [f"{name} holds NaN or inf" for name, t in sorted(tensors.items())
+                 if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if problems:
+        raise DraftsmithError(f"The speculators mtp export in '{folder}' is not what the library loads: "
+                              + "; ".join(problems))
+
+
 def target_final_norm(meta: dict, verifier: str) -> torch.Tensor:
     """The frozen final norm of the drafter's target (never stored in drafter folders), loaded from `verifier`."""
     from draftsmith.export import drafters_target
@@ -127,8 +154,8 @@ def target_final_norm(meta: dict, verifier: str) -> torch.Tensor:
     return target.final_norm.weight.detach().float().cpu().clone()
 
 
-def write(checkpoint: str | Path, fmt: str, staging: Path, options) -> MTPCard:
-    """Write the speculators `mtp` folder into `staging`, check the round trip, add the card."""
+def layout(checkpoint: str | Path, fmt: str, options) -> Layout:
+    """The speculators `mtp` folder of an MTP checkpoint, with the target's final norm as the layer's own."""
     checkpoint = Path(checkpoint)
     meta, tensors = read_checkpoint(checkpoint)
     verifier = options.verifier or meta.get("target_name")
@@ -136,15 +163,12 @@ def write(checkpoint: str | Path, fmt: str, staging: Path, options) -> MTPCard:
         raise DraftsmithError(f"'{checkpoint}' does not say which target it drafts for; pass --verifier.")
     steps = options.speculative_tokens or meta["config"]["num_modules"]
     final_norm = target_final_norm(meta, verifier)
-    (staging / "config.json").write_text(json.dumps(speculators_config(meta, verifier, steps), indent=2) + "\n")
-    exported = {k: v.contiguous() for k, v in speculators_tensors(tensors, final_norm).items()}
-    save_file(exported, str(staging / "model.safetensors"), metadata={"format": "pt"})
-    back, norm_back = to_checkpoint_tensors(staging)
-    if set(back) != set(tensors) or not all(torch.equal(back[k], tensors[k]) for k in tensors) \
-            or not torch.equal(norm_back, final_norm):
-        raise DraftsmithError(f"The speculators export of '{checkpoint}' does not convert back to the checkpoint.")
-    shared, results_path = card.shared_facts(checkpoint, options, "mtp", "is an MTP drafter", verifier)
-    return card.finish_card(staging, MTPCard(**shared, speculative_tokens=steps), results_path, render_card)
+    shared, _ = card.shared_facts(checkpoint, options, "mtp", "is an MTP drafter", verifier)
+    round_trip = RoundTrip(read_back, {**tensors, TARGET_NORM: final_norm},
+                           config_fields("target_config", meta["target_config"]))
+    return Layout(validate=validate, round_trip=round_trip,
+                  facts=MTPCard(**shared, speculative_tokens=steps), render=render_card,
+                  config=speculators_config(meta, verifier, steps), tensors=speculators_tensors(tensors, final_norm))
 
 
 def render_card(facts: MTPCard) -> str:
