@@ -27,14 +27,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.export import card
+from draftsmith.export import card, skeleton
 from draftsmith.export.check import format_layer_id_range, from_format_layer_ids, to_format_layer_ids
+from draftsmith.export.skeleton import Layout, RoundTrip, config_fields, read_folder
 
 FORMATS = ("dflash", "speculators")
 LAYER_ID_OFFSET = 0
@@ -148,14 +150,8 @@ def validate(folder: Path) -> None:
 
 
 def check_round_trip(folder: Path, meta: dict, tensors: dict[str, torch.Tensor]) -> None:
-    """The folder's tensors, layer ids, mask id and block size are the checkpoint's."""
-    config = json.loads((folder / "config.json").read_text())
-    back = load_file(str(folder / "model.safetensors"))
-    same = set(back) == set(tensors) and all(torch.equal(back[n], tensors[n]) for n in tensors)
-    ids = [i - LAYER_ID_OFFSET for i in config["dflash_config"]["target_layer_ids"]]
-    same &= ids == meta["target_layer_ids"] and config["dflash_config"]["mask_token_id"] == meta["mask_token_id"]
-    if not same or config["block_size"] != meta["config"]["block_size"]:
-        raise DraftsmithError(f"The dflash export in '{folder}' does not convert back to the checkpoint.")
+    """The reference folder reads back as the checkpoint: its tensors, layer ids, mask id, block size, layer config."""
+    skeleton.check_round_trip(folder, round_trip("dflash", meta, tensors))
 
 
 # --------------------------------------------------------------------------- the speculators dflash / dspark layouts
@@ -245,20 +241,9 @@ def speculators_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Ten
 
 
 def check_speculators_round_trip(folder: Path, meta: dict, tensors: dict[str, torch.Tensor]) -> None:
-    """Read back from the library's fields only, the folder is the checkpoint: tensors, layer ids, mask id, block
-    size, variant, Markov rank and the draft-layer config."""
-    config = json.loads((folder / "config.json").read_text())
-    ours = {v: k for k, v in HEAD_NAMES.items()}
-    back = {ours.get(name, name): t for name, t in load_file(str(folder / "model.safetensors")).items()}
-    same = set(back) == set(tensors) and all(torch.equal(back[n], tensors[n]) for n in tensors)
-    same &= from_format_layer_ids("speculators", config["aux_hidden_state_layer_ids"]) == meta["target_layer_ids"]
-    same &= (config["mask_token_id"], config["block_size"]) == (meta["mask_token_id"], meta["config"]["block_size"])
-    same &= config["speculators_model_type"] == variant(meta) and config.get("markov_rank") == \
-        (meta["config"]["markov_rank"] if variant(meta) == "dspark" else None)
-    layer = config["transformer_layer_config"]
-    same &= all(layer[k] == v for k, v in meta["layer_config"].items() if k in layer)
-    if not same:
-        raise DraftsmithError(f"The speculators export in '{folder}' does not convert back to the checkpoint.")
+    """The speculators folder reads back as the checkpoint (from the library's fields only): tensors, layer ids, mask
+    id, block size, variant, Markov rank, draft vocabulary and the draft-layer config."""
+    skeleton.check_round_trip(folder, round_trip("speculators", meta, tensors))
 
 
 # --------------------------------------------------------------------------- reading either layout back
@@ -341,9 +326,29 @@ def from_speculators(config: dict, tensors: dict[str, torch.Tensor], num_target_
     return meta, {ours.get(name, name): tensor for name, tensor in tensors.items()}
 
 
+def round_trip(fmt: str, meta: dict, tensors: dict[str, torch.Tensor]) -> RoundTrip:
+    """What of the checkpoint (`meta`, its config.json; `tensors`) must come back when the `fmt` folder is read back as
+    `draftsmith eval` reads it."""
+    options = meta["config"]
+    fields = {**config_fields("layer_config", meta["layer_config"]), "config.variant": variant(meta),
+              "config.block_size": options["block_size"], "config.num_layers": options["num_layers"],
+              "config.markov_rank": options["markov_rank"] if variant(meta) == "dspark" else None,
+              **{key: meta.get(key) for key in ("hidden_size", "vocab_size", "num_target_layers", "target_layer_ids",
+                                                "mask_token_id", "draft_vocab_size")}}
+    return RoundTrip(partial(read_back, fmt, meta["num_target_layers"]), tensors, fields)
+
+
+def read_back(fmt: str, num_target_layers: int, folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """A written `fmt` folder -> (a draftsmith dflash folder's config.json, tensors in our names)."""
+    config, tensors = read_folder(folder)
+    if fmt == "speculators":
+        return from_speculators(config, tensors, num_target_layers)
+    return from_reference(config, num_target_layers), tensors
+
+
 # --------------------------------------------------------------------------- export
-def write(checkpoint: Path, fmt: str, staging: Path, options) -> DFlashCard:
-    """Write `fmt` of the DFlash checkpoint into `staging`, validate it, check the round trip, add the card."""
+def layout(checkpoint: Path, fmt: str, options) -> Layout:
+    """`fmt` of the DFlash checkpoint: the config and tensors the layout holds, its validator, its round trip."""
     meta = json.loads((checkpoint / "config.json").read_text())
     tensors = load_file(str(checkpoint / "model.safetensors"))
     if options.include_embedding:
@@ -351,15 +356,15 @@ def write(checkpoint: Path, fmt: str, staging: Path, options) -> DFlashCard:
                               "embedding, and speculators' DFlash/DSpark model refills it (and the lm_head) from the "
                               "verifier every time it loads, overwriting a stored copy.")
     kind, size = variant(meta), meta["config"]["block_size"]
-    shared, results_path = card.shared_facts(checkpoint, options, "dflash", f"is a {kind} drafter",
-                                             meta.get("target_name"), variant=kind)
+    shared, _ = card.shared_facts(checkpoint, options, "dflash", f"is a {kind} drafter", meta.get("target_name"),
+                                  variant=kind)
     if fmt == "speculators":
         tokens = options.speculative_tokens or size - 1
         if not 1 <= tokens <= size - 1:
             raise DraftsmithError(f"--speculative-tokens {tokens}: a block of {size} drafts {size - 1} tokens at most.")
         config = speculators_config(meta, shared["verifier"], tokens)
-        exported = speculators_tensors(tensors)
-        ids = config["aux_hidden_state_layer_ids"]
+        exported, ids = speculators_tensors(tensors), config["aux_hidden_state_layer_ids"]
+        check = partial(validate_speculators, num_target_layers=meta["num_target_layers"])
     else:
         if kind != "dflash":
             raise DraftsmithError(f"'{checkpoint}' is a {kind} drafter; the DFlash reference layout has no Markov or "
@@ -369,22 +374,14 @@ def write(checkpoint: Path, fmt: str, staging: Path, options) -> DFlashCard:
                                   "through its own head; the DFlash reference layout reads the target's lm_head over the "
                                   "whole vocabulary. Export it with --format speculators (which stores the head with "
                                   "d2t/t2d).")
-        tokens, config, exported = size - 1, reference_config(meta), tensors
+        tokens, config, exported, check = size - 1, reference_config(meta), tensors, validate
         ids = config["dflash_config"]["target_layer_ids"]
-    (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    save_file({k: v.contiguous() for k, v in exported.items()}, str(staging / "model.safetensors"),
-              metadata={"format": "pt"})
-    if fmt == "speculators":
-        validate_speculators(staging, meta["num_target_layers"])
-        check_speculators_round_trip(staging, meta, tensors)
-    else:
-        validate(staging)
-        check_round_trip(staging, meta, tensors)
     facts = DFlashCard(**shared, fmt=fmt, variant=kind, block_size=size, speculative_tokens=tokens,
                        num_layers=meta["config"]["num_layers"], target_layer_ids=meta["target_layer_ids"],
                        format_layer_ids=ids, draft_vocab_size=meta.get("draft_vocab_size"),
                        parameters=sum(t.numel() for t in tensors.values() if t.is_floating_point()))
-    return card.finish_card(staging, facts, results_path, render_card)
+    return Layout(validate=check, round_trip=round_trip(fmt, meta, tensors), facts=facts, render=render_card,
+                  config=config, tensors=exported)
 
 
 # --------------------------------------------------------------------------- the model card
