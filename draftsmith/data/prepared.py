@@ -2,7 +2,8 @@
 
 Layout of the output folder DIR:
   DIR/dataset/                  DatasetDict with splits "train" and "eval" (see `load_prepared`)
-  DIR/prepare_report.json       counts plus every rejected row as {file, line, reason}
+  DIR/prepare_report.json       counts, the corpus's diversity (data/diversity.py: distinct n-grams, languages,
+                                lengths, per input and overall), every rejected row as {file, line, reason}
   DIR/token_counts.safetensors  frequency of each token id among trainable (loss-masked) train tokens
   DIR/regenerated.jsonl         (with --regenerate) responses written by the target, resumable
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from draftsmith.data.diversity import corpus_diversity
 from draftsmith.data.sources import read_rows
 from draftsmith.data.templates import RowError, is_completion, normalize_row, resolve_chat_template, tokenize_record
 from draftsmith.errors import DraftsmithError
@@ -213,6 +215,7 @@ def prepare(config: PrepareConfig, target=None) -> dict:
         "draft_vocab_size": vocab.size if vocab is not None else None,
         "draft_vocab_size_requested": config.draft_vocab_size or None,
         "draft_vocab_coverage": vocab.coverage if vocab is not None else None,
+        "diversity": corpus_diversity(columns, config.seed),
         "rejected": rejections.items,
     }
     _publish(out, dataset, counts, vocab, report, target.fingerprint())
