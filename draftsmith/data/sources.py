@@ -21,9 +21,13 @@ FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 def read_rows(spec: str) -> Iterator[tuple[str, int, object]]:
     """Rows of one input: a file, a folder (saved `datasets` or data files), `builtin:NAME`, or a hub name."""
     if spec.startswith(BUILTIN_PREFIX):
+        from draftsmith.data import real
         from draftsmith.data.corpus import builtin_corpus_path
 
-        yield from _read_file(builtin_corpus_path(spec[len(BUILTIN_PREFIX):]), label=spec)
+        name = spec[len(BUILTIN_PREFIX):]
+        # builtin:real and its parts: real text from installed packages (data/real.py); the others: corpus.py
+        path = real.corpus_path(name) if name in real.builtin_names() else builtin_corpus_path(name)
+        yield from _read_file(path, label=spec)
         return
     path = Path(spec).expanduser()
     if path.is_file():
