@@ -14,7 +14,7 @@ drafter of that kind computes; anything else is refused with what was found and 
 Reading happens in two steps, so that a wrong target is refused before any weight is read: `expectations` takes what
 a folder needs of its target from config.json and the safetensors headers, and `check_fit` compares it with the
 target; then `contents` converts the folder, in memory, into what a draftsmith folder of its kind holds (config.json
-and tensors in our names, `FolderContents`), through the reader beside each format's writer (`eagle3.from_format`,
+and tensors in our names, `FolderContents`), through the reader beside each format's writer (`eagle3_read.from_format`,
 `dflash.from_speculators`, ...), so each format's conventions stay written down once. Parts engines take from the
 target, of which a folder may store a copy (an EAGLE-3 embedding, the MTP layer's final norm, a full-vocabulary
 DFlash lm_head), are compared with the target's and dropped: draftsmith drafters read them from the target.
@@ -265,10 +265,10 @@ def contents(folder: str | Path, target) -> tuple[Expectations, FolderContents]:
 
 
 def _eagle3(config: dict, tensors: dict, target) -> tuple[dict, dict]:
-    from draftsmith.export import eagle3
+    from draftsmith.export import eagle3_read
     from draftsmith.export.check import Problems, check_vocab_map
 
-    _, meta, tensors = eagle3.from_format(config, tensors)
+    _, meta, tensors = eagle3_read.from_format(config, tensors)
     meta["transformer_layer_config"]["target_num_layers"] = target.num_layers
     try:
         _drop_copy(tensors, "embed_tokens.weight", target.model.get_input_embeddings().weight, "input embedding")
