@@ -60,7 +60,8 @@ def validate(folder: Path) -> None:
     except Exception as err:  # anything transformers cannot load is a broken export
         raise DraftsmithError(f"The hf export in '{folder}' does not load in transformers: {type(err).__name__}: {err}")
     if len(tokenizer) > config.vocab_size:
-        raise DraftsmithError(f"The exported tokenizer has {len(tokenizer)} tokens, the model {config.vocab_size} rows.")
+        raise DraftsmithError(f"The exported tokenizer has {len(tokenizer)} tokens, the model {config.vocab_size} "
+                              "rows.")
 
 
 @torch.no_grad()

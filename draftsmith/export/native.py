@@ -52,10 +52,10 @@ def layout(checkpoint: Path, fmt: str, options) -> Layout:
     kind = meta["draftsmith_kind"]
     shared, _ = card.shared_facts(checkpoint, options, kind, f"is a {kind} drafter", meta.get("target_name"))
     tensors = load_file(str(checkpoint / "model.safetensors"))
+    facts = NativeCard(**shared, kind=kind, files=files, parameters=sum(t.numel() for t in tensors.values()))
     return Layout(validate=lambda folder: validate(folder, checkpoint, files),
-                  round_trip=RoundTrip(read_folder, tensors, fields=dict(meta)),
-                  facts=NativeCard(**shared, kind=kind, files=files, parameters=sum(t.numel() for t in tensors.values())),
-                  render=render_card, copies={name: checkpoint / name for name in files})
+                  round_trip=RoundTrip(read_folder, tensors, fields=dict(meta)), facts=facts, render=render_card,
+                  copies={name: checkpoint / name for name in files})
 
 
 def render_card(facts: NativeCard) -> str:

@@ -119,7 +119,8 @@ def config_fields(key: str, config: dict) -> dict[str, object]:
     no setting: private and architecture names, the transformers version, and the label maps (JSON turns their keys
     into strings)."""
     skipped = ("architectures", "transformers_version", "id2label", "label2id")
-    return {f"{key}.{name}": value for name, value in config.items() if not name.startswith("_") and name not in skipped}
+    return {f"{key}.{name}": value for name, value in config.items()
+            if not name.startswith("_") and name not in skipped}
 
 
 def check_contents(folder: Path, written: set[str]) -> None:
