@@ -24,7 +24,8 @@ PERCENTILES = (10, 50, 90)
 
 # A few dozen frequent function words per language (Latin script); a row goes to the language with the most hits.
 STOP_WORDS = {
-    "en": "the and of to is in that it for with as are this be on not by or from you can an which if",
+    "en": "the and of to is in that it for with as are this be on not by or from you can an which if at have was "
+          "what how do your my will all has but they we there their one when would about into",
     "de": "der die und das ist nicht ein eine zu den mit sich auf für von dem des im werden wird auch oder wenn",
     "fr": "le la les et des est une un du que pas pour dans qui sur au avec ce sont vous ne par plus être",
     "es": "el la los las que de y en un una es por con para del se no su al como más lo este",
@@ -44,7 +45,9 @@ STOP_WORDS = {
     "vi": "và của là có không được cho các một những này trong với để người",
     "eo": "la kaj de en estas al ne por kun mi vi ke ĉu sed pli",
 }
-STOP_SETS = {language: set(words.split()) for language, words in STOP_WORDS.items()}
+# A word English also uses (to, a, at, do ...) or a single letter (variable names in code) tells nothing.
+STOP_SETS = {language: {w for w in words.split() if language == "en" or (len(w) > 1 and w not in STOP_WORDS["en"].split())}
+             for language, words in STOP_WORDS.items()}
 # The first script found decides for scripts that one language mostly writes in.
 SCRIPT_LANGUAGES = (("HIRAGANA", "ja"), ("KATAKANA", "ja"), ("HANGUL", "ko"), ("CJK", "zh"), ("GREEK", "el"),
                     ("ARABIC", "ar"), ("HEBREW", "he"), ("DEVANAGARI", "hi"), ("THAI", "th"), ("BENGALI", "bn"),
