@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.export import card
+from draftsmith.export.skeleton import Layout, RoundTrip, read_folder
 
 FORMATS = ("medusa",)
 CONFIG_KEYS = {"model_type", "architectures", "hidden_size", "vocab_size", "num_heads", "num_hidden_layers",
@@ -137,26 +139,21 @@ def write_tuned_target(checkpoint: Path, meta: dict, folder: Path) -> None:
             raise DraftsmithError(f"The tuned target written to '{folder}' does not load back as the checkpoint's.")
 
 
-def write(checkpoint: Path, fmt: str, staging: Path, options) -> MedusaCard:
-    """Write vLLM's Medusa layout into `staging` (plus Medusa-2's tuned target), validate it, check the round
-    trip, add the card."""
+def layout(checkpoint: Path, fmt: str, options) -> Layout:
+    """vLLM's Medusa layout of the heads (plus Medusa-2's tuned target), read back as `draftsmith eval` reads it."""
     meta = json.loads((checkpoint / "config.json").read_text())
     tensors = head_tensors(checkpoint)
-    (staging / "config.json").write_text(json.dumps(vllm_config(meta), indent=2) + "\n")
-    save_file({k: v.contiguous() for k, v in to_vllm(tensors).items()}, str(staging / "model.safetensors"),
-              metadata={"format": "pt"})
-    validate(staging)
-    back = from_vllm(load_file(str(staging / "model.safetensors")))
-    if set(back) != set(tensors) or not all(torch.equal(back[n], tensors[n]) for n in tensors):
-        raise DraftsmithError(f"The medusa export in '{staging}' does not convert back to the checkpoint's tensors.")
     lora_rank = meta["config"].get("lora_rank", 0)
-    if lora_rank:
-        write_tuned_target(checkpoint, meta, staging / TUNED_TARGET)
-    shared, results_path = card.shared_facts(checkpoint, options, "medusa", "is Medusa heads", meta.get("target_name"))
+    shared, _ = card.shared_facts(checkpoint, options, "medusa", "is Medusa heads", meta.get("target_name"))
     facts = MedusaCard(**shared, num_heads=meta["config"]["num_heads"], num_layers=meta["config"]["num_layers"],
                        parameters=sum(t.numel() for n, t in tensors.items() if n != "token_map"), lora_rank=lora_rank,
                        speculative_tokens=options.speculative_tokens or meta["config"]["num_heads"])
-    return card.finish_card(staging, facts, results_path, render_card)
+    fields = {key: meta.get(key) for key in ("hidden_size", "vocab_size", "num_target_layers", "draft_vocab_size")}
+    fields.update({f"config.{key}": meta["config"][key] for key in ("num_heads", "num_layers")})
+    round_trip = RoundTrip(lambda folder: from_format(*read_folder(folder), meta["num_target_layers"]), tensors, fields)
+    return Layout(validate=validate, round_trip=round_trip, facts=facts, render=render_card,
+                  config=vllm_config(meta), tensors=to_vllm(tensors),
+                  parts={TUNED_TARGET: partial(write_tuned_target, checkpoint, meta)} if lora_rank else {})
 
 
 def render_card(facts: MedusaCard) -> str:
