@@ -1,8 +1,9 @@
 """`draftsmith export`: ship a trained drafter in a folder layout that a serving engine or library loads.
 
-One file per drafter family's formats, beside the shared validator (`check.py`, EAGLE-3 layouts) and
-model card (`card.py`):
-- `eagle3.py`: `speculators` (vLLM) and `sglang` folders of an EAGLE-3 drafter;
+One file per drafter family's formats, beside the shared skeleton every export goes through (`skeleton.py`), the
+model card (`card.py`) and the validator of EAGLE-3 layouts with each format's layer-id convention (`check.py`):
+- `eagle3.py`: `speculators` (vLLM) and `sglang` folders of an EAGLE-3 drafter; `eagle3_read.py` reads them
+  back, `eagle3_card.py` is their card;
 - `hf.py`: `hf`, the plain `transformers` folder of a distilled draft LM;
 - `mtp.py`: `speculators`, the speculators `mtp` layout of an MTP drafter (one shared module);
 - `medusa.py`: `medusa`, vLLM's Medusa layout of Medusa heads;
@@ -13,10 +14,12 @@ model card (`card.py`):
   draftsmith drafter of its kind: what `draftsmith eval`, `draftsmith info` and `init_from` read. Each format's
   reader (`from_format`, `from_speculators`, ...) sits beside its writer.
 
-Every writer fills a staging folder next to the destination, validates what it wrote by reading it
-back, checks the round trip and writes the card; only then is the folder renamed into place, so a
-failed export leaves nothing behind. A writer module has `FORMATS` and `write(checkpoint, fmt,
-staging, options) -> facts` (facts with `.training`, `.results` and `.plots` for W&B and the CLI).
+A writer only maps: its module has `FORMATS` and `layout(checkpoint, fmt, options) -> skeleton.Layout` (the
+config and tensors, how the folder is validated and read back, what must survive the round trip, the card's
+facts). `skeleton.write` fills a staging folder next to the destination with it, validates what it wrote by
+reading it back, checks the round trip and writes the card; only then is the folder renamed into place, so a
+failed export leaves nothing behind. It returns the card's facts (`.training`, `.results` and `.plots` for W&B and
+the CLI).
 """
 
 from __future__ import annotations
@@ -108,10 +111,7 @@ def export_with_card(checkpoint: str | Path, fmt: str, out: str | Path, *, force
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         staging.chmod(0o755)
-        if hasattr(writer, "layout"):
-            facts = skeleton.write(writer.layout(checkpoint, fmt, Options(out=out, **options)), staging)
-        else:
-            facts = writer.write(checkpoint, fmt, staging, Options(out=out, **options))
+        facts = skeleton.write(writer.layout(checkpoint, fmt, Options(out=out, **options)), staging)
         replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -248,10 +248,10 @@ class SharedFacts:
 
 
 def shared_facts(checkpoint: Path, options, kind: str, description: str, target_name: str | None,
-                 variant: str | None = None, drafter: dict | None = None):
-    """(the card facts every export gathers the same way, the results.json path): model_ref, verifier, license,
-    training, results and results_source; `kind` (and `variant`, where results name one, and every field of
-    `drafter`) picks this drafter's `draftsmith eval` results."""
+                 variant: str | None = None, drafter: dict | None = None) -> dict:
+    """The card facts every export gathers the same way: model_ref, verifier, license, training, results and
+    results_source; `kind` (and `variant`, where results name one, and every field of `drafter`) picks this
+    drafter's `draftsmith eval` results."""
     training = find_training_info(checkpoint)
     target = options.verifier or training.get("target") or target_name
     if not target:
@@ -264,15 +264,14 @@ def shared_facts(checkpoint: Path, options, kind: str, description: str, target_
 
     path, results = eval_results_for(checkpoint, options.eval_results, matches, description)
     verifier = verifier_name(target)
-    facts = {"model_ref": options.repo_id or str(options.out), "verifier": verifier,
-             "license": options.license or dict(HUB_IDS.values()).get(verifier), "training": training,
-             "results": results, "results_source": str(path) if path else None}
-    return facts, path
+    return {"model_ref": options.repo_id or str(options.out), "verifier": verifier,
+            "license": options.license or dict(HUB_IDS.values()).get(verifier), "training": training,
+            "results": results, "results_source": str(path) if path else None}
 
 
-def finish_card(staging: Path, facts, results_path: Path | None, render):
+def finish_card(staging: Path, facts: SharedFacts, render):
     """Draw or copy the acceptance plots, write README.md = render(facts), return the facts."""
-    plots = acceptance_plots(results_path, facts.results, staging)
+    plots = acceptance_plots(Path(facts.results_source) if facts.results_source else None, facts.results, staging)
     facts.plots = [plot.name for plot in plots]
     write_card(staging, render(facts), plots)
     return facts

@@ -356,8 +356,8 @@ def layout(checkpoint: Path, fmt: str, options) -> Layout:
                               "embedding, and speculators' DFlash/DSpark model refills it (and the lm_head) from the "
                               "verifier every time it loads, overwriting a stored copy.")
     kind, size = variant(meta), meta["config"]["block_size"]
-    shared, _ = card.shared_facts(checkpoint, options, "dflash", f"is a {kind} drafter", meta.get("target_name"),
-                                  variant=kind)
+    shared = card.shared_facts(checkpoint, options, "dflash", f"is a {kind} drafter", meta.get("target_name"),
+                               variant=kind)
     if fmt == "speculators":
         tokens = options.speculative_tokens or size - 1
         if not 1 <= tokens <= size - 1:

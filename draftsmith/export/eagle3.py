@@ -278,10 +278,9 @@ def layout(checkpoint: str | Path, fmt: str, options) -> Layout:
     """`fmt` of the EAGLE-3 checkpoint: config and tensors, the validator with what the checkpoint says, the round
     trip and the card. `options`: see `draftsmith export --help`."""
     ckpt = read_checkpoint(checkpoint, target_name=options.verifier)
-    shared, _ = card.shared_facts(
-        ckpt.folder, options, "eagle", f"reads layers {ckpt.target_layers} with a {ckpt.draft_vocab_size}-token "
-        "draft vocabulary", ckpt.target_name, drafter={"layers": ckpt.target_layers,
-                                                     "draft_vocab_size": ckpt.draft_vocab_size})
+    drafter = {"layers": ckpt.target_layers, "draft_vocab_size": ckpt.draft_vocab_size}
+    shared = card.shared_facts(ckpt.folder, options, "eagle", f"reads layers {ckpt.target_layers} with a "
+                               f"{ckpt.draft_vocab_size}-token draft vocabulary", ckpt.target_name, drafter=drafter)
     speculative_tokens = options.speculative_tokens or _measured_draft_length(shared["results"]) or 3
     if ckpt.parallel and not options.speculative_tokens:  # a default never asks for positions it was not trained on
         speculative_tokens = min(speculative_tokens, int(ckpt.options["ttt_steps"]))

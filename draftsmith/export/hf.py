@@ -42,7 +42,7 @@ def layout(checkpoint: Path, fmt: str, options) -> Layout:
     plain = {k: v for k, v in meta.items() if not k.startswith(META_PREFIX) and k not in PROVENANCE_KEYS}
     copies = {path.name: path for path in checkpoint.iterdir()
               if path.is_file() and path.name != "config.json" and not path.name.endswith(".md")}
-    shared, _ = card.shared_facts(checkpoint, options, "draft_lm", "is a draft LM", meta.get("target_name"))
+    shared = card.shared_facts(checkpoint, options, "draft_lm", "is a draft LM", meta.get("target_name"))
     config = (shared["results"] or {}).get("config") or {}
     facts = DraftCard(**shared, layers=int(plain["num_hidden_layers"]), hidden_size=int(plain["hidden_size"]),
                       parameters=_parameters(checkpoint), vocab_size=int(plain["vocab_size"]),

@@ -144,7 +144,7 @@ def layout(checkpoint: Path, fmt: str, options) -> Layout:
     meta = json.loads((checkpoint / "config.json").read_text())
     tensors = head_tensors(checkpoint)
     lora_rank = meta["config"].get("lora_rank", 0)
-    shared, _ = card.shared_facts(checkpoint, options, "medusa", "is Medusa heads", meta.get("target_name"))
+    shared = card.shared_facts(checkpoint, options, "medusa", "is Medusa heads", meta.get("target_name"))
     facts = MedusaCard(**shared, num_heads=meta["config"]["num_heads"], num_layers=meta["config"]["num_layers"],
                        parameters=sum(t.numel() for n, t in tensors.items() if n != "token_map"), lora_rank=lora_rank,
                        speculative_tokens=options.speculative_tokens or meta["config"]["num_heads"])

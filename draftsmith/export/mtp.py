@@ -163,7 +163,7 @@ def layout(checkpoint: str | Path, fmt: str, options) -> Layout:
         raise DraftsmithError(f"'{checkpoint}' does not say which target it drafts for; pass --verifier.")
     steps = options.speculative_tokens or meta["config"]["num_modules"]
     final_norm = target_final_norm(meta, verifier)
-    shared, _ = card.shared_facts(checkpoint, options, "mtp", "is an MTP drafter", verifier)
+    shared = card.shared_facts(checkpoint, options, "mtp", "is an MTP drafter", verifier)
     round_trip = RoundTrip(read_back, {**tensors, TARGET_NORM: final_norm},
                            config_fields("target_config", meta["target_config"]))
     return Layout(validate=validate, round_trip=round_trip,

@@ -50,7 +50,7 @@ def layout(checkpoint: Path, fmt: str, options) -> Layout:
         raise DraftsmithError(f"'{checkpoint}' has no model.safetensors: not a complete drafter folder.")
     files = sorted(p.name for p in checkpoint.iterdir() if p.is_file() and p.name not in SKIPPED)
     kind = meta["draftsmith_kind"]
-    shared, _ = card.shared_facts(checkpoint, options, kind, f"is a {kind} drafter", meta.get("target_name"))
+    shared = card.shared_facts(checkpoint, options, kind, f"is a {kind} drafter", meta.get("target_name"))
     tensors = load_file(str(checkpoint / "model.safetensors"))
     facts = NativeCard(**shared, kind=kind, files=files, parameters=sum(t.numel() for t in tensors.values()))
     return Layout(validate=lambda folder: validate(folder, checkpoint, files),

@@ -61,8 +61,7 @@ def write(layout: Layout, folder: Path) -> SharedFacts:
     check_round_trip(folder, layout.round_trip)
     for name, write_part in layout.parts.items():
         write_part(folder / name)
-    results = Path(layout.facts.results_source) if layout.facts.results_source else None
-    facts = finish_card(folder, layout.facts, results, layout.render)
+    facts = finish_card(folder, layout.facts, layout.render)
     check_contents(folder, {*layout.copies, *layout.parts, *([CONFIG] if layout.config is not None else []),
                             *([WEIGHTS] if layout.tensors is not None else [])})
     return facts
