@@ -46,7 +46,8 @@ STOP_WORDS = {
     "eo": "la kaj de en estas al ne por kun mi vi ke ĉu sed pli",
 }
 # A word English also uses (to, a, at, do ...) or a single letter (variable names in code) tells nothing.
-STOP_SETS = {language: {w for w in words.split() if language == "en" or (len(w) > 1 and w not in STOP_WORDS["en"].split())}
+ENGLISH = set(STOP_WORDS["en"].split())
+STOP_SETS = {language: {w for w in words.split() if language == "en" or (len(w) > 1 and w not in ENGLISH)}
              for language, words in STOP_WORDS.items()}
 # The first script found decides for scripts that one language mostly writes in.
 SCRIPT_LANGUAGES = (("HIRAGANA", "ja"), ("KATAKANA", "ja"), ("HANGUL", "ko"), ("CJK", "zh"), ("GREEK", "el"),

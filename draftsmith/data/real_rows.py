@@ -245,7 +245,8 @@ def man_translation(roots: Roots) -> Iterator[dict]:
             back = digest("direction", language, path.name, start) % 3 == 0
             lang = language_name(language)
             if back:
-                ask = pick(("Translate this {l} text into English:", "What does this say in English?"), path.name, start)
+                ask = pick(("Translate this {l} text into English:", "What does this say in English?"),
+                           path.name, start)
                 turns, reference = [f"{ask.format(l=lang)}\n\n{clip(target_text)}"], source_text
             else:
                 ask = pick(("Translate this paragraph into {l}:", "Please translate the following into {l}:",

@@ -137,7 +137,8 @@ def wordnet_knowledge(roots: Roots) -> Iterator[dict]:
             ask = f"Is there any difference between \"{word}\" and \"{words[1]}\"?"
         else:
             ask = pick(("What does \"{w}\" mean?", "What is the meaning of the {p} \"{w}\"? Give an example.",
-                        "Define \"{w}\" and use it in a sentence.", "I came across the word \"{w}\". What does it mean?"),
+                        "Define \"{w}\" and use it in a sentence.",
+                        "I came across the word \"{w}\". What does it mean?"),
                        offset).format(w=word, p={"adj": "adjective", "adv": "adverb"}.get(pos, pos))
         yield row(f"wordnet/{pos}/{offset}", "knowledge", [ask], reference=gloss)
 
@@ -155,7 +156,8 @@ def wordnet_writing(roots: Roots) -> Iterator[dict]:
 def wordnet_documents(roots: Roots) -> Iterator[str]:
     lines = []
     for pos, offset, words, gloss, examples in senses(roots):
-        lines.append(f"{', '.join(words)} ({pos}): {gloss}." + (f" For example: {'; '.join(examples)}." if examples else ""))
+        example = f" For example: {'; '.join(examples)}." if examples else ""
+        lines.append(f"{', '.join(words)} ({pos}): {gloss}.{example}")
         if len(lines) == 20:
             yield "\n".join(lines)
             lines = []
