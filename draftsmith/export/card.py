@@ -121,6 +121,12 @@ def value_text(value) -> str:
     return str(value)
 
 
+def table(rows: list[tuple[str, object]], header: tuple[str, str] | None = None) -> list[str]:
+    """The lines of a two-column Markdown table (without a header: a list of facts)."""
+    top = f"| {header[0]} | {header[1]} |" if header else "| | |"
+    return [top, "|---|---|"] + [f"| {name} | {value} |" for name, value in rows]
+
+
 def front_matter(tags: list[str], verifier: str, verifier_is_hub_id: bool, license: str | None) -> str:
     """The Hub metadata block (each tag once; base_model only for a real hub id)."""
     meta: dict = {"library_name": "draftsmith", "tags": list(dict.fromkeys(tags))}
@@ -142,7 +148,7 @@ def training_section(training: dict) -> str:
         lines.append("No training.json was found next to the checkpoint, so the recipe, data size, steps and "
                      "hardware are unknown.")
         return "\n".join(lines) + "\n"
-    lines += ["| | |", "|---|---|"] + [f"| {name} | {value_text(value)} |" for name, value in rows]
+    lines += table([(name, value_text(value)) for name, value in rows])
     run = training.get("wandb") or {}
     if run.get("url"):
         lines += ["", f"Training run on Weights & Biases: {run['url']}"]
@@ -198,8 +204,7 @@ def results_section(results: dict | None, source: str | None, plots: list[str]) 
                      "acceptance or speed numbers. Measure them with `draftsmith eval --drafter DIR --out EVAL_DIR` "
                      "and export again with `--eval-results EVAL_DIR`.")
         return "\n".join(lines) + "\n"
-    lines += ["| metric | value |", "|---|---|"]
-    lines += [f"| {name} | {value_text(value)} |" for name, value in results_rows(results)]
+    lines += table([(name, value_text(value)) for name, value in results_rows(results)], header=("metric", "value"))
     source = "/".join(Path(source or "results.json").parts[-2:])
     lines += ["", f"Every number above is copied from `{source}`, written by `draftsmith eval` with the settings "
                   "listed; none is estimated."]
@@ -232,6 +237,19 @@ def verifier_section(training: dict, verifier: str) -> str:
         "but the acceptance measured here comes from the GGUF weights: a full-precision verifier may accept "
         "slightly differently. To name other verifier weights in config.json and this card, export with "
         "`draftsmith export CHECKPOINT --verifier HUB_ID_OR_FOLDER`.", ""])
+
+
+def compose(facts: SharedFacts, tags: list[str], drafter: str, about: list[str], usage: list[str],
+            verifier_is_hub_id: bool | None = None) -> str:
+    """A card's README.md, laid out as every export's is: Hub metadata, the title (`drafter` for the verifier), what
+    the drafter is (`about`), how it was trained, the measured results, which weights it was trained against, how to
+    use it (`usage`)."""
+    hub_id = is_hub_id(facts.verifier) if verifier_is_hub_id is None else verifier_is_hub_id
+    title = [f"# {drafter} for {facts.verifier}", ""]
+    return "\n".join([front_matter(tags, facts.verifier, hub_id, facts.license), "\n".join(title + about),
+                      training_section(facts.training),
+                      results_section(facts.results, facts.results_source, facts.plots),
+                      verifier_section(facts.training, facts.verifier), "\n".join(usage)])
 
 
 @dataclass(kw_only=True)

@@ -405,7 +405,6 @@ def render_card(facts: DFlashCard) -> str:
     name = "DSpark" if facts.variant == "dspark" else "DFlash"
     layout = "DFlash reference (`DFlashDraftModel`)" if facts.fmt == "dflash" else f"speculators `{facts.variant}`"
     about = [
-        f"# {name} drafter for {facts.verifier}", "",
         (f"A {name} block-diffusion drafter trained with draftsmith on the frozen `{facts.verifier}`: from the "
          f"target's features at layers {facts.target_layer_ids} (layer outputs) it drafts a block of "
          f"{facts.block_size - 1} tokens in one forward pass; the target verifies them in one pass, so the output is "
@@ -415,12 +414,12 @@ def render_card(facts: DFlashCard) -> str:
                   "each position, and a confidence head predicts whether each position will be accepted.", ""]
     convention = "layer outputs, as the reference reads them" if facts.fmt == "dflash" else \
         "+1: the library reads HF `hidden_states[id]`, the stream entering layer id"
-    about += ["| | |", "|---|---|", f"| block size | {facts.block_size} |", f"| draft layers | {facts.num_layers} |",
-              f"| target layer ids in config.json | {facts.format_layer_ids} ({convention}) |",
-              f"| parameters | {facts.parameters:,} |", f"| format | {layout} |",
-              "| vocabulary | " + (f"a draft vocabulary of {facts.draft_vocab_size:,} tokens, its own lm_head (`d2t`/`t2d` "
-                                  "map its rows to target ids) |" if facts.draft_vocab_size else
-                                  "the target's whole vocabulary, through the target's lm_head |"), ""]
+    vocabulary = (f"a draft vocabulary of {facts.draft_vocab_size:,} tokens, its own lm_head (`d2t`/`t2d` map its rows "
+                  "to target ids)" if facts.draft_vocab_size else "the target's whole vocabulary, through the target's "
+                  "lm_head")
+    about += [*card.table([("block size", facts.block_size), ("draft layers", facts.num_layers),
+                           ("target layer ids in config.json", f"{facts.format_layer_ids} ({convention})"),
+                           ("parameters", f"{facts.parameters:,}"), ("format", layout), ("vocabulary", vocabulary)]), ""]
     if facts.fmt == "speculators":
         stored = ("The target's embedding is not stored: each time the library loads this folder it fills it from "
                   if facts.draft_vocab_size else
@@ -443,7 +442,4 @@ def render_card(facts: DFlashCard) -> str:
                    f"drafter = DFlashDraftModel.from_pretrained({facts.model_ref!r})",
                    "# drafter.spec_generate(target, input_ids, max_new_tokens, stop_token_ids)", "```", ""]
     tags = ["speculative-decoding", facts.variant, "draftsmith"] + (["speculators"] if facts.fmt == "speculators" else [])
-    return "\n".join([card.front_matter(tags, facts.verifier, card.is_hub_id(facts.verifier), facts.license),
-                      "\n".join(about), card.training_section(facts.training),
-                      card.results_section(facts.results, facts.results_source, facts.plots),
-                      card.verifier_section(facts.training, facts.verifier), "\n".join(loading)])
+    return card.compose(facts, tags, f"{name} drafter", about, loading)

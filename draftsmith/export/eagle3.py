@@ -303,7 +303,8 @@ def round_trip(ckpt: Eagle3Checkpoint, extra: dict[str, torch.Tensor]) -> RoundT
     """Read back from engine-visible fields only, the export must be the checkpoint: its tensors (and the `extra` ones
     written, such as the target's embedding), its options and the draft layer's hyperparameters."""
     options = {"norm_before_residual": False, **dict.fromkeys(EAGLE31_OPTIONS, False), **ckpt.options}
-    keys = ["variant", "layers", "norm_before_residual", *EAGLE31_OPTIONS] + (["mask_token_id"] if ckpt.parallel else [])
+    keys = ["variant", "layers", "norm_before_residual", *EAGLE31_OPTIONS]
+    keys += ["mask_token_id"] if ckpt.parallel else []
     fields = {f"config.{key}": options.get(key) for key in keys}
     fields.update({f"transformer_layer_config.{key}": value for key, value in ckpt.layer.items() if key in LAYER_KEYS})
     return RoundTrip(lambda folder: to_checkpoint(folder)[1:], {**drafter_tensors(ckpt), **extra}, fields)

@@ -28,7 +28,8 @@ class CardFacts(card.SharedFacts):
     layers: int = 1
 
 
-def _serving_section(facts: CardFacts) -> str:
+def _serving_section(facts: CardFacts) -> list[str]:
+    """The lines of the card's serving commands: this format's engine first, the other's export after."""
     k = facts.speculative_tokens
     method = {"method": "eagle3", "parallel_drafting": True} if facts.parallel else {"method": "eagle3"}
     vllm_config = json.dumps({**method, "model": facts.model_ref, "num_speculative_tokens": k})
@@ -42,15 +43,15 @@ def _serving_section(facts: CardFacts) -> str:
     first, second = (vllm, sglang) if facts.fmt == "speculators" else (sglang, vllm)
     if facts.parallel:  # no SGLang layout computes P-EAGLE (`--format sglang` refuses it)
         lines += ["```bash", first, "```", "", "SGLang's EAGLE-3 layer drafts one position per forward; there is no "
-                  "SGLang export of a P-EAGLE drafter."]
-        return "\n".join(lines) + "\n"
+                  "SGLang export of a P-EAGLE drafter.", ""]
+        return lines
     lines += ["```bash", first, "```", "",
               f"For {other}, export the same checkpoint with `draftsmith export CHECKPOINT --format {other_fmt}` "
               f"and point this command at that folder:", "", "```bash",
               second.replace(facts.model_ref, "EXPORTED_DIR"), "```"]
     if not facts.verifier_is_hub_id:
         lines += ["", f"`{facts.verifier}` is not a hub id; replace it with the hub id or folder of the target model."]
-    return "\n".join(lines) + "\n"
+    return lines + [""]
 
 
 def render_card(facts: CardFacts) -> str:
@@ -58,7 +59,6 @@ def render_card(facts: CardFacts) -> str:
     shift = "+1, vLLM collects the stream entering a layer" if facts.fmt == "speculators" else \
         "unchanged, SGLang adds 1 itself"
     about = [
-        f"# {'P-EAGLE' if facts.parallel else 'EAGLE-3'} drafter for {facts.verifier}", "",
         f"A speculative-decoding drafter trained with draftsmith for `{facts.verifier}`: "
         f"{'one decoder layer reads' if facts.layers == 1 else f'{facts.layers} decoder layers read'} the target's "
         "hidden states from three layers plus the last token and draft the next tokens, which the target verifies "
@@ -67,13 +67,12 @@ def render_card(facts: CardFacts) -> str:
         *(["P-EAGLE (parallel drafting): the positions after the first read a mask token and a learned mask hidden "
            "instead of the tokens drafted before them, so one drafter forward drafts all "
            f"{facts.speculative_tokens} tokens.", ""] if facts.parallel else []),
-        "| | |", "|---|---|",
-        f"| target layers read (output of 0-based layer) | {', '.join(map(str, facts.target_layers))} |",
-        f"| `eagle_aux_hidden_state_layer_ids` in config.json | {facts.format_layer_ids} ({shift}) |",
-        f"| draft vocabulary | {facts.draft_vocab_size} of {facts.target_vocab_size} target tokens (`d2t`/`t2d` map) |",
-        f"| hidden size | {facts.hidden_size} |",
-        f"| parameters | {facts.parameters:,} |",
-        f"| format | {facts.fmt} |", "",
+        *card.table([
+            ("target layers read (output of 0-based layer)", ", ".join(map(str, facts.target_layers))),
+            ("`eagle_aux_hidden_state_layer_ids` in config.json", f"{facts.format_layer_ids} ({shift})"),
+            ("draft vocabulary",
+             f"{facts.draft_vocab_size} of {facts.target_vocab_size} target tokens (`d2t`/`t2d` map)"),
+            ("hidden size", facts.hidden_size), ("parameters", f"{facts.parameters:,}"), ("format", facts.fmt)]), "",
     ]
     if facts.embedding_included:
         about += ["`embed_tokens.weight` is the target's own input embedding, stored for fine-tuning this folder with "
@@ -82,8 +81,7 @@ def render_card(facts: CardFacts) -> str:
     elif facts.fmt == "speculators":
         about += ["No embedding is stored: vLLM shares the target's. To fine-tune this folder with the speculators "
                   "library without the verifier at hand, export again with `--include-embedding`.", ""]
-    tags = ["speculative-decoding", "peagle" if facts.parallel else "eagle3", "draftsmith", facts.fmt, "vllm" if facts.fmt == "speculators" else "sglang"]
-    return "\n".join([card.front_matter(tags, facts.verifier, facts.verifier_is_hub_id, facts.license),
-                      "\n".join(about), card.training_section(facts.training),
-                      card.results_section(facts.results, facts.results_source, facts.plots),
-                      card.verifier_section(facts.training, facts.verifier), _serving_section(facts)])
+    tags = ["speculative-decoding", "peagle" if facts.parallel else "eagle3", "draftsmith", facts.fmt,
+            "vllm" if facts.fmt == "speculators" else "sglang"]
+    name = "P-EAGLE" if facts.parallel else "EAGLE-3"
+    return card.compose(facts, tags, f"{name} drafter", about, _serving_section(facts), facts.verifier_is_hub_id)

@@ -94,14 +94,12 @@ def _parameters(folder: Path) -> int:
 def render_card(facts: DraftCard) -> str:
     """README.md of a draft-LM export: metadata, what it is, training, results, how to use it."""
     about = [
-        f"# Draft model for {facts.verifier}", "",
         f"A small causal LM distilled with draftsmith from `{facts.verifier}` to draft tokens for it: it shares the "
         "target's tokenizer, proposes a few tokens at a time, and the target verifies them in one pass, so the output "
         "is exactly the target's own; only the speed changes. It is a plain `transformers` folder.", "",
-        "| | |", "|---|---|",
-        f"| decoder layers | {facts.layers} |", f"| hidden size | {facts.hidden_size} |",
-        f"| parameters (embedding and head included) | {facts.parameters:,} |",
-        f"| vocabulary | {facts.vocab_size} (the target's) |", "",
+        *card.table([("decoder layers", facts.layers), ("hidden size", facts.hidden_size),
+                     ("parameters (embedding and head included)", f"{facts.parameters:,}"),
+                     ("vocabulary", f"{facts.vocab_size} (the target's)")]), "",
     ]
     k = facts.speculative_tokens
     vllm = json.dumps({"model": facts.model_ref, "method": "draft_model", "num_speculative_tokens": k})
@@ -117,7 +115,4 @@ def render_card(facts: DraftCard) -> str:
     if not card.is_hub_id(facts.verifier):
         usage += [f"`{facts.verifier}` is not a hub id; replace it with the hub id or folder of the target model.", ""]
     tags = ["speculative-decoding", "draft-model", "draftsmith", "hf", "transformers"]
-    return "\n".join([card.front_matter(tags, facts.verifier, card.is_hub_id(facts.verifier), facts.license),
-                      "\n".join(about), card.training_section(facts.training),
-                      card.results_section(facts.results, facts.results_source, facts.plots),
-                      card.verifier_section(facts.training, facts.verifier), "\n".join(usage)])
+    return card.compose(facts, tags, "Draft model", about, usage)

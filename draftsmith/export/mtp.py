@@ -172,13 +172,11 @@ def layout(checkpoint: str | Path, fmt: str, options) -> Layout:
 
 
 def render_card(facts: MTPCard) -> str:
-    """README.md of the export: what it is, how vLLM serves it, the training run and measured results."""
-    head = card.front_matter(["speculative-decoding", "mtp", "speculators"], facts.verifier,
-                             card.is_hub_id(facts.verifier), facts.license)
-    serve = (f"vllm serve {facts.verifier} --speculative-config "
-             f"'{{\"model\": \"{facts.model_ref}\", \"num_speculative_tokens\": {facts.speculative_tokens}}}'")
-    return (head + f"\n# MTP drafter for {facts.verifier}\n\nOne multi-token-prediction module (speculators `mtp` "
-            "layout) applied at every draft step; it reads the target's last hidden state and shares the target's "
-            "embedding and lm_head, which this folder does not store.\n\n## Serving\n\n```\n" + serve + "\n```\n\n"
-            + card.training_section(facts.training)
-            + card.results_section(facts.results, facts.results_source, facts.plots))
+    """README.md of the export: what it is, the training run, measured results, how vLLM serves it."""
+    about = ["One multi-token-prediction module (speculators `mtp` layout) applied at every draft step; it reads the "
+             "target's last hidden state and shares the target's embedding and lm_head, which this folder does not "
+             "store.", ""]
+    config = json.dumps({"model": facts.model_ref, "num_speculative_tokens": facts.speculative_tokens})
+    serving = ["## Serving", "", "```", f"vllm serve {facts.verifier} --speculative-config '{config}'", "```", ""]
+    return card.compose(facts, ["speculative-decoding", "mtp", "draftsmith", "speculators"], "MTP drafter", about,
+                        serving)

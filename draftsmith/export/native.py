@@ -61,17 +61,13 @@ def layout(checkpoint: Path, fmt: str, options) -> Layout:
 def render_card(facts: NativeCard) -> str:
     """README.md of a draftsmith folder: what it is, how to load it, the training run and measured results."""
     about = [
-        f"# {facts.kind} drafter for {facts.verifier}", "",
         f"A `{facts.kind}` drafter trained with draftsmith for `{facts.verifier}`, in draftsmith's own folder format. "
         "The target verifies every drafted token, so the output is exactly the target's own; only the speed changes.",
-        "", "| | |", "|---|---|", f"| kind | `{facts.kind}` |", f"| stored parameters | {facts.parameters:,} |",
-        f"| files | {', '.join(f'`{name}`' for name in facts.files)} |", ""]
+        "", *card.table([("kind", f"`{facts.kind}`"), ("stored parameters", f"{facts.parameters:,}"),
+                         ("files", ", ".join(f"`{name}`" for name in facts.files))]), ""]
     usage = ["## Using it", "", "```bash",
              f"draftsmith eval --target {facts.verifier} --drafter {facts.model_ref} --out eval/", "```", "",
              "In Python: `draftsmith.drafters.kind_module(\"" + facts.kind + "\").load_proposer(folder, target)` gives "
              "the proposer the built-in speculative decoder drafts with.", ""]
     tags = ["speculative-decoding", facts.kind, "draftsmith"]
-    return "\n".join([card.front_matter(tags, facts.verifier, card.is_hub_id(facts.verifier), facts.license),
-                      "\n".join(about), card.training_section(facts.training),
-                      card.results_section(facts.results, facts.results_source, facts.plots),
-                      card.verifier_section(facts.training, facts.verifier), "\n".join(usage)])
+    return card.compose(facts, tags, f"{facts.kind} drafter", about, usage)
