@@ -159,12 +159,11 @@ def layout(checkpoint: Path, fmt: str, options) -> Layout:
 def render_card(facts: MedusaCard) -> str:
     """README.md of a Medusa export: metadata, what it is, training, results, serving."""
     about = [
-        f"# Medusa heads for {facts.verifier}", "",
         f"{facts.num_heads} Medusa heads trained with draftsmith on the frozen `{facts.verifier}`: head i reads the "
         "target's last hidden state (after its final norm) and proposes the token i+2 ahead; the target verifies the "
         "proposals in one pass, so the output is exactly the target's own.", "",
-        "| | |", "|---|---|", f"| heads | {facts.num_heads} |", f"| ResBlocks per head | {facts.num_layers} |",
-        f"| parameters | {facts.parameters:,} |", "| format | vLLM Medusa (`MedusaModel`) |", ""]
+        *card.table([("heads", facts.num_heads), ("ResBlocks per head", facts.num_layers),
+                     ("parameters", f"{facts.parameters:,}"), ("format", "vLLM Medusa (`MedusaModel`)")]), ""]
     k = facts.speculative_tokens
     verifier = facts.verifier
     if facts.lora_rank:
@@ -179,7 +178,4 @@ def render_card(facts: MedusaCard) -> str:
     serving = ["## Serving", "", "```bash", f"vllm serve {verifier} --speculative-config "
                f"'{json.dumps({'method': 'medusa', 'model': facts.model_ref, 'num_speculative_tokens': k})}'", "```", ""]
     tags = ["speculative-decoding", "medusa", "draftsmith", "vllm"]
-    return "\n".join([card.front_matter(tags, facts.verifier, card.is_hub_id(facts.verifier), facts.license),
-                      "\n".join(about), card.training_section(facts.training),
-                      card.results_section(facts.results, facts.results_source, facts.plots),
-                      card.verifier_section(facts.training, facts.verifier), "\n".join(serving)])
+    return card.compose(facts, tags, "Medusa heads", about, serving)
