@@ -30,7 +30,8 @@ class RoundTrip:
     """How an export reads back, and what of the checkpoint must survive it."""
 
     read_back: Callable[[Path], tuple[dict, dict[str, torch.Tensor]]]
-    """the written folder -> (a draftsmith folder's config.json, tensors in our names), from what engines read only"""
+    """the written folder -> (a draftsmith folder's config.json, its tensors in our names), read as the engine reads
+    it (hf: the model's config and the logits transformers computes from the folder)"""
     tensors: dict[str, torch.Tensor]
     """what must come back bit for bit: every one of these tensors, and no other"""
     fields: dict[str, object] = field(default_factory=dict)
