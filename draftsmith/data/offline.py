@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,8 +89,11 @@ class _Ranks:
 
 # --------------------------------------------------------------------------- capture
 def write_capture(config: CaptureConfig, target=None) -> dict | None:
-    """Capture (or finish capturing) `config.data` into `config.out`; returns the manifest on rank 0."""
+    """Capture (or finish capturing) `config.data` into `config.out`; returns the manifest on rank 0 (its "seconds":
+    this call's wall time, the target's loading included)."""
     from draftsmith.data.prepared import load_prepared
+
+    began = time.monotonic()
     from draftsmith.target import load_target
 
     ranks = _Ranks()
@@ -153,7 +157,7 @@ def write_capture(config: CaptureConfig, target=None) -> dict | None:
     ranks.barrier()
     if ranks.rank != 0:
         return None
-    manifest = build_manifest(out, plan, num_shards)
+    manifest = {**build_manifest(out, plan, num_shards), "seconds": round(time.monotonic() - began, 1)}
     write_atomically(out / MANIFEST, json.dumps(manifest, indent=2).encode())
     return manifest
 

@@ -143,7 +143,11 @@ def _refuse_unwritten_answers(rows) -> None:
 # --------------------------------------------------------------------------- the command
 def prepare(config: PrepareConfig, target=None) -> dict:
     """Run the whole prepare step; returns the report that is also written to DIR/prepare_report.json."""
+    import time
+
     import datasets
+
+    began = time.monotonic()
 
     if target is None:
         from draftsmith.target import load_target, working_dtype
@@ -216,6 +220,7 @@ def prepare(config: PrepareConfig, target=None) -> dict:
         "draft_vocab_size_requested": config.draft_vocab_size or None,
         "draft_vocab_coverage": vocab.coverage if vocab is not None else None,
         "diversity": corpus_diversity(columns, config.seed),
+        "seconds": round(time.monotonic() - began, 1),  # this call's wall time, the target's loading included
         "rejected": rejections.items,
     }
     _publish(out, dataset, counts, vocab, report, target.fingerprint())
