@@ -70,8 +70,12 @@ def builtin_corpus_path(name: str) -> Path:
         return path
     if name not in ("stdlib", "stdlib-complete"):
         suite = " (an evaluation prompt set: draftsmith eval --prompts builtin:suite)" * (name == "suite")
+        from draftsmith.data.real import builtin_names
+
+        real = ", ".join(f"builtin:{known}" for known in builtin_names())
         raise DraftsmithError(f"Unknown built-in corpus 'builtin:{name}'{suite}. The built-in corpora are "
-                              "builtin:stdlib, builtin:stdlib-complete, builtin:exercises and builtin:general.")
+                              f"builtin:stdlib, builtin:stdlib-complete, builtin:exercises, builtin:general and, "
+                              f"from installed packages' real text (data/real.py), {real}.")
     path = cache_dir() / "corpus" / f"{name}-py{version}-{VERSION}.jsonl"
     if not path.is_file():
         write_stdlib_corpus(path, complete=name == "stdlib-complete")
