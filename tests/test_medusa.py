@@ -412,12 +412,15 @@ def test_heads_over_a_draft_vocabulary_train_on_the_renormalised_target_and_draf
         assert speculative_generate(target, proposer, tokens, shape, Sampling(), 24, eos=set()).tokens == plain
 
 
-def test_a_draft_vocabulary_exports_as_vllms_truncated_vocab_and_token_map(tiny_qwen3, tmp_path):
+def test_a_draft_vocabulary_exports_as_full_vocabulary_heads_that_draft_what_ours_draft(tiny_qwen3, tmp_path):
+    """vLLM 0.32 loads Medusa heads only at the full vocabulary (a truncated head fails its load-time shape assert):
+    row token_map[i] is our row i, every other row the mean of those, so the argmax over the whole vocabulary is the
+    token our argmax over the draft rows gives; draftsmith reads the heads back exactly, and the older layout too."""
     import json
 
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file, save_file
 
-    from draftsmith.export import export, medusa as medusa_export
+    from draftsmith.export import export, medusa as medusa_export, readers
 
     target = frozen(tiny_qwen3)
     vocab = draft_vocab()
@@ -427,12 +430,35 @@ def test_a_draft_vocabulary_exports_as_vllms_truncated_vocab_and_token_map(tiny_
     assert torch.equal(loaded.token_map, vocab.target_ids())
     out = export(tmp_path / "best", "medusa", tmp_path / "out", verifier="Qwen/Qwen3-0.6B")
     config = json.loads((out / "config.json").read_text())
-    assert (config["vocab_size"], config["truncated_vocab_size"]) == (320, 64)
+    assert (config["vocab_size"], config["truncated_vocab_size"], config["draft_vocab_size"]) == (320, 320, 64)
     tensors = load_file(str(out / "model.safetensors"))
-    assert torch.equal(tensors["token_map"], vocab.target_ids()) and tensors["lm_heads.1.weight"].shape == (64, 64)
+    token_map = vocab.target_ids().long()
+    assert torch.equal(tensors["token_map"], vocab.target_ids()) and tensors["lm_heads.1.weight"].shape == (320, 64)
+    ours = drafter.state_dict()
+    hidden = torch.randn(500, 64, generator=torch.Generator().manual_seed(0))
+    for h in range(2):
+        full, rows = tensors[f"lm_heads.{h}.weight"], ours[f"lm_heads.{h}.weight"]
+        assert torch.equal(full[token_map], rows)
+        assert torch.equal((hidden @ full.T).argmax(-1), token_map[(hidden @ rows.T).argmax(-1)])
+    assert readers.expectations(out).draft_vocab_size == 64
+    meta, back = medusa_export.from_format(config, tensors, target.num_layers)
+    assert meta["draft_vocab_size"] == 64 and torch.equal(back["lm_heads.0.weight"], ours["lm_heads.0.weight"])
+    # the older layout (heads of 64 rows, truncated_vocab_size 64) still reads back as the same heads
+    old = {name: (t[token_map] if name.startswith("lm_heads.") else t) for name, t in tensors.items()}
+    meta, back = medusa_export.from_format({**config, "truncated_vocab_size": 64}, old, target.num_layers)
+    assert meta["draft_vocab_size"] == 64 and torch.equal(back["lm_heads.1.weight"], ours["lm_heads.1.weight"])
+    # what vLLM refuses, or could draft differently, fails the validator
+    (out / "config.json").write_text(json.dumps({**config, "truncated_vocab_size": 64}))
+    with pytest.raises(DraftsmithError, match="truncated_vocab_size 64 < vocab_size 320: vLLM 0.32 .*shape assert"):
+        medusa_export.validate(out)
+    (out / "config.json").write_text(json.dumps(config))
+    outside = next(i for i in range(320) if i not in set(token_map.tolist()))
+    changed = tensors["lm_heads.0.weight"].clone()
+    changed[outside] += 1.0
+    save_file({**tensors, "lm_heads.0.weight": changed}, str(out / "model.safetensors"))
+    with pytest.raises(DraftsmithError, match="lm_heads.0.weight: rows outside token_map are not the mean"):
+        medusa_export.validate(out)
     del tensors["token_map"]
-    from safetensors.torch import save_file
-
     save_file(tensors, str(out / "model.safetensors"))
     with pytest.raises(DraftsmithError, match="token_map: missing"):
         medusa_export.validate(out)

@@ -7,6 +7,16 @@ true: without it vLLM builds bias-free blocks and silently drops ours), and load
 vLLM passes it. The validator checks the folder against exactly the parameters that configuration builds,
 and the round trip gives back the checkpoint's tensors.
 
+Heads over a draft vocabulary of N tokens are written at the full vocabulary. vLLM 0.32 builds every head with
+`vocab_size` rows and, when `truncated_vocab_size` is smaller, slices a checkpoint's heads by `token_map` and then
+loads N rows into V, which fails its load-time shape assert (`vocab_parallel_embedding.py`, from
+`models/medusa.py` `load_weights`): a truncated head cannot load at all. So `truncated_vocab_size` = `vocab_size`,
+row `token_map[i]` of each head is our row i, and every other row is the mean of the draft rows: its logit is the
+mean of the draft logits, below their maximum, so vLLM's argmax over the whole vocabulary drafts the token ours
+drafts. `token_map` (ignored by vLLM at the full size) and `draft_vocab_size` (vLLM keeps unknown keys as
+attributes) stay in the folder, so draftsmith reads the N-row heads back exactly. Folders in the older layout
+(heads of N rows, `truncated_vocab_size` N) are still read.
+
 Medusa-2 heads were trained with a LoRA-tuned target, and only that target may verify them: the export also
 writes it, adapters merged, as a plain `transformers` folder `target/` (safetensors and tokenizer), checked by
 loading it back by path and comparing its logits with the checkpoint's merged model.
@@ -29,6 +39,8 @@ from draftsmith.export.skeleton import Layout, RoundTrip, read_folder
 FORMATS = ("medusa",)
 CONFIG_KEYS = {"model_type", "architectures", "hidden_size", "vocab_size", "num_heads", "num_hidden_layers",
                "medusa_fc_bias", "truncated_vocab_size"}
+DRAFT_VOCAB_KEY = "draft_vocab_size"
+"""config.json key of heads over a draft vocabulary (draftsmith's; vLLM keeps it as an unused attribute)"""
 
 
 TUNED_TARGET = "target"
@@ -47,25 +59,40 @@ class MedusaCard(card.SharedFacts):
 
 
 def vllm_config(meta: dict) -> dict:
-    """config.json of vLLM's Medusa layout for a draftsmith Medusa folder's config.json."""
+    """config.json of vLLM's Medusa layout for a draftsmith Medusa folder's config.json (full-vocabulary heads)."""
     options = meta["config"]
-    return {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": meta["hidden_size"],
-            "vocab_size": meta["vocab_size"], "truncated_vocab_size": meta.get("draft_vocab_size") or meta["vocab_size"],
-            "num_heads": options["num_heads"], "num_hidden_layers": options["num_layers"], "medusa_fc_bias": True}
+    config = {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": meta["hidden_size"],
+              "vocab_size": meta["vocab_size"], "truncated_vocab_size": meta["vocab_size"],
+              "num_heads": options["num_heads"], "num_hidden_layers": options["num_layers"], "medusa_fc_bias": True}
+    if meta.get("draft_vocab_size"):
+        config[DRAFT_VOCAB_KEY] = meta["draft_vocab_size"]
+    return config
 
 
-def to_vllm(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Our `blocks.{h}.layers.{l}.linear.*` -> vLLM's `blocks.{h}.layers.{l}.*`; `lm_heads.*` unchanged."""
-    return {name.replace(".linear.", "."): t for name, t in tensors.items()}
+def to_vllm(tensors: dict[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:
+    """Our `blocks.{h}.layers.{l}.linear.*` -> vLLM's `blocks.{h}.layers.{l}.*`; heads over a draft vocabulary
+    widened to `vocab_size` rows (the module docstring says why and how), `token_map` kept."""
+    renamed = {name.replace(".linear.", "."): t for name, t in tensors.items()}
+    token_map = tensors.get("token_map")
+    if token_map is not None:
+        for name in [n for n in renamed if n.startswith("lm_heads.")]:
+            rows = renamed[name]
+            full = rows.mean(0, keepdim=True).expand(vocab_size, -1).clone()
+            full[token_map.long()] = rows
+            renamed[name] = full
+    return renamed
 
 
 def from_vllm(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The inverse of `to_vllm`."""
+    """The inverse of `to_vllm`: our names, and heads cut back to the `token_map` rows when they hold more."""
     renamed = {}
+    token_map = tensors.get("token_map")
     for name, tensor in tensors.items():
         if name.startswith("blocks."):
             head, _, layer, leaf = name.split(".")[1:]
             name = f"blocks.{head}.layers.{layer}.linear.{leaf}"
+        elif name.startswith("lm_heads.") and token_map is not None and tensor.shape[0] > token_map.numel():
+            tensor = tensor[token_map.long()]
         renamed[name] = tensor
     return renamed
 
@@ -75,7 +102,8 @@ def from_format(config: dict, tensors: dict[str, torch.Tensor], num_target_layer
     not record the target's depth: `num_target_layers` is the target's. Heads written without biases
     (`medusa_fc_bias` false, vLLM's default) get zero biases, which compute the same."""
     H, V = int(config["hidden_size"]), int(config["vocab_size"])
-    rows = int(config.get("truncated_vocab_size") or V)
+    token_map = tensors.get("token_map")  # full-size heads with a token_map: a draft vocabulary of its length
+    rows = token_map.numel() if token_map is not None else int(config.get("truncated_vocab_size") or V)
     heads, layers = int(config["num_heads"]), int(config.get("num_hidden_layers", 1))
     ours = from_vllm(tensors)
     if not config.get("medusa_fc_bias", False):
@@ -88,27 +116,51 @@ def from_format(config: dict, tensors: dict[str, torch.Tensor], num_target_layer
 
 
 def validate(folder: Path) -> None:
-    """The folder holds exactly what vLLM's Medusa builds from its config: every name, every shape."""
+    """The folder holds exactly what vLLM's Medusa builds from its config, every name and shape, with heads at the
+    full vocabulary (the only size vLLM 0.32 loads), and draft-vocabulary heads widened as `to_vllm` does."""
     config = json.loads((folder / "config.json").read_text())
     problems = [f"config.json lacks {key}" for key in sorted(CONFIG_KEYS - set(config))]
-    problems += [f"config.json has unknown key {key} (engines drop it silently)" for key in sorted(set(config) - CONFIG_KEYS)]
+    problems += [f"config.json has unknown key {key} (engines drop it silently)"
+                 for key in sorted(set(config) - CONFIG_KEYS - {DRAFT_VOCAB_KEY})]
+    if not problems and config["truncated_vocab_size"] != config["vocab_size"]:
+        problems.append(f"truncated_vocab_size {config['truncated_vocab_size']} < vocab_size {config['vocab_size']}: "
+                        "vLLM 0.32 slices such heads by token_map and then fails its load-time shape assert "
+                        "(vocab_parallel_embedding.py); write full-vocabulary heads")
     if not problems:
-        H, V, N = config["hidden_size"], config["vocab_size"], config["truncated_vocab_size"]
-        expected = {f"lm_heads.{h}.weight": (N, H) for h in range(config["num_heads"])}
-        if N < V:  # vLLM maps head rows to token ids through `token_map`; without it, it refuses to load
+        H, V, N = config["hidden_size"], config["vocab_size"], config.get(DRAFT_VOCAB_KEY) or config["vocab_size"]
+        expected = {f"lm_heads.{h}.weight": (V, H) for h in range(config["num_heads"])}
+        if N < V:  # draftsmith's own map of head rows to token ids (vLLM ignores it at the full size)
             expected["token_map"] = (N,)
         for h in range(config["num_heads"]):
             for layer in range(config["num_hidden_layers"]):
                 expected[f"blocks.{h}.layers.{layer}.weight"] = (H, H)
                 if config["medusa_fc_bias"]:
                     expected[f"blocks.{h}.layers.{layer}.bias"] = (H,)
-        shapes = {name: tuple(t.shape) for name, t in load_file(str(folder / "model.safetensors")).items()}
+        tensors = load_file(str(folder / "model.safetensors"))
+        shapes = {name: tuple(t.shape) for name, t in tensors.items()}
         problems += [f"{name}: missing" for name in sorted(set(expected) - set(shapes))]
         problems += [f"{name}: not a parameter vLLM's Medusa has" for name in sorted(set(shapes) - set(expected))]
         problems += [f"{name}: shape {shapes[name]}, expected {shape}" for name, shape in expected.items()
                      if name in shapes and shapes[name] != shape]
+        if not problems and N < V:
+            problems += _outside_rows_problems(tensors, config["num_heads"])
     if problems:
         raise DraftsmithError(f"The medusa export in '{folder}' is not what vLLM loads: " + "; ".join(problems))
+
+
+def _outside_rows_problems(tensors: dict[str, torch.Tensor], num_heads: int) -> list[str]:
+    """Rows outside the draft vocabulary must be the mean of its rows, or vLLM's argmax could draft them."""
+    token_map = tensors["token_map"].long()
+    if token_map.unique().numel() != token_map.numel():
+        return ["token_map repeats a token id"]
+    problems = []
+    for h in range(num_heads):
+        head = tensors[f"lm_heads.{h}.weight"]
+        outside = torch.ones(head.shape[0], dtype=torch.bool)
+        outside[token_map] = False
+        if not torch.equal(head[outside], head[token_map].mean(0, keepdim=True).expand(int(outside.sum()), -1)):
+            problems.append(f"lm_heads.{h}.weight: rows outside token_map are not the mean of its rows")
+    return problems
 
 
 def head_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -152,7 +204,7 @@ def layout(checkpoint: Path, fmt: str, options) -> Layout:
     fields.update({f"config.{key}": meta["config"][key] for key in ("num_heads", "num_layers")})
     round_trip = RoundTrip(lambda folder: from_format(*read_folder(folder), meta["num_target_layers"]), tensors, fields)
     return Layout(validate=validate, round_trip=round_trip, facts=facts, render=render_card,
-                  config=vllm_config(meta), tensors=to_vllm(tensors),
+                  config=vllm_config(meta), tensors=to_vllm(tensors, meta["vocab_size"]),
                   parts={TUNED_TARGET: partial(write_tuned_target, checkpoint, meta)} if lora_rank else {})
 
 

@@ -172,7 +172,7 @@ def _facts(layout: str, config: dict) -> dict:
                 "target_name": verifier.get("name_or_path")}
     if layout == "vllm-medusa":
         return {"variant": "medusa", "hidden_size": config["hidden_size"], "vocab_size": config["vocab_size"],
-                "draft_vocab_size": config.get("truncated_vocab_size")}
+                "draft_vocab_size": config.get("draft_vocab_size") or config.get("truncated_vocab_size")}
     return {"vocab_size": config.get("vocab_size")}  # hf: an independent model, checked by its tokenizer
 
 
