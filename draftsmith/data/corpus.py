@@ -45,6 +45,8 @@ VERSION = "v1"
 SKIP_PARTS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip", "site-packages",
               "dist-packages", "pydoc_data", "__pycache__", "venv", "config-3", "distutils"}
 KINDS = ("implement", "explain", "read", "two-turn")
+BUILTIN_CORPORA = ("stdlib", "stdlib-complete", "exercises", "general")
+"""the built-in corpora this module writes (data/real.py holds builtin:real and its parts)"""
 
 
 def builtin_corpus_path(name: str) -> Path:
@@ -68,14 +70,10 @@ def builtin_corpus_path(name: str) -> Path:
         if not path.is_file():
             write_rows(path, exercises.exercise_conversations())
         return path
-    if name not in ("stdlib", "stdlib-complete"):
+    if name not in BUILTIN_CORPORA:
         suite = " (an evaluation prompt set: draftsmith eval --prompts builtin:suite)" * (name == "suite")
-        from draftsmith.data.real import builtin_names
-
-        real = ", ".join(f"builtin:{known}" for known in builtin_names())
         raise DraftsmithError(f"Unknown built-in corpus 'builtin:{name}'{suite}. The built-in corpora are "
-                              f"builtin:stdlib, builtin:stdlib-complete, builtin:exercises, builtin:general and, "
-                              f"from installed packages' real text (data/real.py), {real}.")
+                              "builtin:stdlib, builtin:stdlib-complete, builtin:exercises and builtin:general.")
     path = cache_dir() / "corpus" / f"{name}-py{version}-{VERSION}.jsonl"
     if not path.is_file():
         write_stdlib_corpus(path, complete=name == "stdlib-complete")

@@ -22,9 +22,13 @@ def read_rows(spec: str) -> Iterator[tuple[str, int, object]]:
     """Rows of one input: a file, a folder (saved `datasets` or data files), `builtin:NAME`, or a hub name."""
     if spec.startswith(BUILTIN_PREFIX):
         from draftsmith.data import real
-        from draftsmith.data.corpus import builtin_corpus_path
+        from draftsmith.data.corpus import BUILTIN_CORPORA, builtin_corpus_path
 
         name = spec[len(BUILTIN_PREFIX):]
+        if name not in (*BUILTIN_CORPORA, *real.builtin_names()) and name != "suite":
+            known = ", ".join(f"builtin:{known}" for known in (*BUILTIN_CORPORA, *real.builtin_names()))
+            raise DraftsmithError(f"Unknown built-in corpus '{spec}'. The built-in corpora are {known} (builtin:real "
+                                  "and its parts: real text from installed packages, data/real.py).")
         # builtin:real and its parts: real text from installed packages (data/real.py); the others: corpus.py
         path = real.corpus_path(name) if name in real.builtin_names() else builtin_corpus_path(name)
         yield from _read_file(path, label=spec)
