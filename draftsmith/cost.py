@@ -10,7 +10,6 @@ import time
 
 import torch
 
-from draftsmith.errors import DraftsmithError
 from draftsmith.kv_cache import rollback_cache
 
 
@@ -93,45 +92,3 @@ class StoppingRule:
         """`keep` with a chain step's confidence taken as the top probability of its draft distribution (`logits`
         [V]): what EAGLE, MTP and Medusa chains are cut by."""
         return self.keep(float(torch.softmax(logits.float(), -1).max()))
-
-
-OPEN_CHAIN_REACH = 8
-"""How far the verify-cost curve is measured by default for chains with no length of their own (EAGLE, a shared
-MTP module); `draftsmith eval` measures as far as the asked draft length when that is longer."""
-
-
-class CutsDrafts:
-    """What a proposer that cuts its chains with a `StoppingRule` shares: the verify-cost curve it reads, measured
-    by `calibrate` (the eval runner calls it when `wants_verify_cost`), and the rule for one draft. A subclass sets
-    `confidence_cut`, `longest_draft` and, where only some of its drafters have confidences, `can_cut`."""
-
-    verify_cost: dict[int, float] | None = None
-    confidence_cut = False
-    can_cut = True  # whether this drafter has confidences to cut by
-    longest_draft = 1
-
-    @property
-    def wants_verify_cost(self) -> bool:
-        """Whether drafting reads a verify-cost curve: callers `calibrate` first."""
-        return self.confidence_cut
-
-    def calibrate(self, target, longest: int | None = None) -> dict[int, float]:
-        """Measure the target's verify-cost curve t(1 .. longest + 1) (a few seconds)."""
-        self.verify_cost = measure(target, longest or self.longest_draft)
-        return self.verify_cost
-
-    def stopping_rule(self, longest: int) -> StoppingRule | None:
-        """The rule for a draft of up to `longest` tokens, or None (no cut: off, or no curve measured)."""
-        if not self.confidence_cut or self.verify_cost is None:
-            return None
-        if not calibrated(self.verify_cost, longest):
-            raise DraftsmithError(f"A confidence cut of drafts of up to {longest} tokens needs the verify cost of "
-                                  f"1..{longest + 1} tokens; it was measured for up to {max(self.verify_cost)}: "
-                                  f"calibrate(target, {longest}) first.")
-        return StoppingRule(self.verify_cost, longest)
-
-    def describe_cut(self) -> dict:
-        """For reports: whether drafts are cut, and the relative verify-cost curve they are cut by."""
-        cut = self.confidence_cut and self.verify_cost is not None
-        relative = {n: round(c / self.verify_cost[1], 3) for n, c in self.verify_cost.items()} if cut else None
-        return {"confidence_cut": cut, **({"verify_cost_relative": relative} if cut else {})}

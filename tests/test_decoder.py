@@ -6,7 +6,7 @@ import torch
 from tiny import tiny_target
 from transformers import DynamicCache
 
-from draftsmith.drafters import Draft, DraftShape, Sampling
+from draftsmith.drafters import Draft, DraftShape, Proposer, Sampling
 from draftsmith.drafters.draft_lm import DraftLM
 from draftsmith.eval.decoder import GrowingFeatures, keep_cache, plain_generate, speculative_generate, tree_forward
 from draftsmith.eval.verify import tree_layout
@@ -16,7 +16,7 @@ PROMPT = torch.tensor([[257, 10, 20, 30, 40, 10, 20, 30, 50, 60, 70]])
 
 
 # --------------------------------------------------------------------------- rigged drafters
-class Rigged:
+class Rigged(Proposer):
     """Drafts from a known greedy continuation `reference` (prompt + output), corrupted on demand.
 
     agree: "always" copies the reference, "never" shifts every token, "sometimes" shifts the

@@ -5,7 +5,7 @@ import torch
 
 from draftsmith.drafters import DecodeState, DraftShape, Sampling
 from draftsmith.drafters import eagle
-from draftsmith.drafters.eagle_proposer import cached_length
+from draftsmith.drafters.base import cache_length
 from draftsmith.eval.decoder import plain_generate, speculative_generate
 
 
@@ -71,7 +71,7 @@ def test_cache_rolls_back_like_a_fresh_start(tiny_qwen3):
         for shape in (DraftShape(5), DraftShape(tree=(3, 2, 6))):
             got, want = cached.propose(state, shape, Sampling()), fresh.propose(state, shape, Sampling())
             assert torch.equal(got.tokens, want.tokens)
-        assert cached_length(cached.past) == prefix.shape[1] - 1  # only committed positions stay cached
+        assert cache_length(cached.past) == prefix.shape[1] - 1  # only committed positions stay cached
 
 
 def train_on_own_output(target, drafter, prompt, continuation, steps=25):

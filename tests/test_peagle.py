@@ -6,7 +6,7 @@ import torch
 
 from draftsmith.drafters import DraftShape, Sampling
 from draftsmith.drafters import eagle
-from draftsmith.drafters.eagle_proposer import cached_length
+from draftsmith.drafters.base import cache_length
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.decoder import plain_generate, speculative_generate
 from test_eagle import frozen, make_batch
@@ -44,7 +44,7 @@ def test_training_steps_equal_the_rows_of_the_one_decode_forward(arch, options):
             fresh = drafter.proposer(target)
             _, rows, _ = fresh._catch_up(state, ahead=STEPS - 1)
             _, again, _ = cached._catch_up(state, ahead=STEPS - 1)
-            assert cached_length(cached.past) == t + 1  # the mask rows are never cached
+            assert cache_length(cached.past) == t + 1  # the mask rows are never cached
             for j in range(STEPS):
                 trained = drafter.logits(outputs[j][:, t], target.head)[0].float()
                 torch.testing.assert_close(rows[j], trained, atol=2e-5, rtol=1e-4, msg=f"step {j}, index {t}")

@@ -64,9 +64,30 @@ class Draft:
 
 
 class Proposer(Protocol):
-    """Anything that drafts: trained drafters, prompt lookup, an independent HF model."""
+    """Anything that drafts: trained drafters, suffix matching and its prompt-lookup preset, an independent HF model,
+    a hybrid. This is the whole contract: the decoder, the eval runner and the small-batch router use nothing else.
 
-    required_layers: list[int]  # target layers whose features the decoder must keep (may be empty)
+    Every proposer defines `reset`, `propose` and `describe` (and `required_layers` where it reads target features).
+    The rest are optional capabilities; a proposer subclasses this class to inherit their defaults, which mean "not
+    this proposer". The pieces proposers share (accepted-count bookkeeping, cache catch-up and crop, probe back-off,
+    confidence cuts, draft-vocabulary rows) are in `draftsmith.drafters.base`."""
+
+    required_layers: list[int] = []
+    """target layers whose features the decoder must keep in `DecodeState.features` (empty: none)"""
+    verifier = None
+    """the target that must verify these drafts where it is not the target itself (Medusa-2's tuned target): the
+    runner verifies, and runs every baseline, with it"""
+    assistant_model = None
+    """the draft network as `transformers` `generate(assistant_model=...)` takes it (a draft LM), for the assisted
+    baseline; None: this proposer has none"""
+    can_cut = False
+    """whether drafts can be cut where the drafter's confidences stop paying (`--confidence-cut`)"""
+    confidence_cut = False
+    """whether drafts are cut so (settable where `can_cut`)"""
+    verify_cost: dict[int, float] | None = None
+    """the target's verify-cost curve t(n) that drafting reads (`calibrate` measures it); None: not measured"""
+    longest_draft = 1
+    """the longest draft this proposer makes unasked: how far `calibrate` measures by default"""
 
     def reset(self) -> None:
         """Forget everything about the previous request."""
@@ -76,6 +97,24 @@ class Proposer(Protocol):
 
     def describe(self) -> dict:
         """A JSON-able description for reports (kind, size, source)."""
+
+    @property
+    def wants_verify_cost(self) -> bool:
+        """Whether drafting reads `verify_cost`: the runner has the proposer `calibrate` before decoding."""
+        return self.confidence_cut
+
+    def calibrate(self, target, longest: int | None = None, context_tokens: int = 256) -> dict[int, float]:
+        """Measure the target's verify-cost curve t(n) for n = 1 .. longest + 1 (default `longest_draft`), in
+        seconds, after a random context of `context_tokens` (a few seconds); drafting reads it from now on."""
+        from draftsmith.cost import measure
+
+        self.verify_cost = measure(target, longest or self.longest_draft, context_tokens)
+        return self.verify_cost
+
+    def networks(self) -> list:
+        """The networks (`torch.nn.Module`s) this proposer drafts with, not the target: where the small-batch router
+        installs its few-row products."""
+        return []
 
 
 # --------------------------------------------------------------------------- trained kinds

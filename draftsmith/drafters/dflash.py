@@ -44,6 +44,7 @@ from draftsmith.config import build
 from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import check_target, load_attached, read_folder, save_folder, soft_labels, target_info
 from draftsmith.drafters.dflash_layers import BlockLayout, Layer, block_attention_mask, flex_block_mask
+from draftsmith.drafters.base import DraftRows
 from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.drafters.dflash_proposer import DFlashProposer
 from draftsmith.errors import DraftsmithError
@@ -206,29 +207,21 @@ class Drafter(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [..., N] over the head's rows on the drafter's normed hidden (float32): the target's frozen lm_head
-        over its whole vocabulary, or the drafter's own head over its draft vocabulary (see `to_target`)."""
+        over its whole vocabulary, or the drafter's own head over its draft vocabulary (see `rows`)."""
         if self.lm_head is not None:
             return self.lm_head(hidden).float()
         target = self._target()
         return target.model.get_output_embeddings()(hidden.to(target.dtype)).float()
 
     @property
+    def rows(self) -> DraftRows:
+        """The target token each head row drafts (row i: i + d2t[i] over a draft vocabulary, else i)."""
+        return DraftRows.from_offsets(self.d2t, self.sizes["vocab_size"])
+
+    @property
     def draft_ids(self) -> torch.Tensor | None:
         """Target id of each head row (i + d2t[i]); None: the rows are the target's whole vocabulary."""
-        return None if self.d2t is None else torch.arange(self.d2t.numel(), device=self.d2t.device) + self.d2t
-
-    def to_target(self, rows: torch.Tensor) -> torch.Tensor:
-        """Target token ids of head rows `rows` (on their device)."""
-        return rows if self.d2t is None else rows + self.d2t[rows.to(self.d2t.device)].to(rows.device)
-
-    def to_vocabulary(self, q: torch.Tensor) -> torch.Tensor:
-        """A distribution [..., N] over head rows as one over the target's vocabulary [..., V] (0 outside the draft
-        vocabulary), as the lossless acceptance rule reads it."""
-        if self.d2t is None:
-            return q
-        full = q.new_zeros(*q.shape[:-1], self.t2d.numel())
-        full[..., self.draft_ids.to(q.device)] = q
-        return full
+        return self.rows.ids
 
     @property
     def dspark(self) -> bool:
@@ -310,7 +303,7 @@ class Drafter(nn.Module):
             element = distribution_loss(self.config.loss, log_q, p, eta=self.config.loss_eta)
             position_loss = element.mean()
             pieces.append((k, rows, element, weight, -(p * log_q.detach()).sum(-1)))
-            matched = (self.to_target(log_q.argmax(-1)) == best).float()
+            matched = (self.rows.to_target(log_q.argmax(-1)) == best).float()
             metrics[f"loss_{k - 1}"] = float(position_loss.detach())
             metrics[f"acc_{k - 1}"] = float(matched.mean())
             if self.dspark:

@@ -22,10 +22,9 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from draftsmith.cost import CutsDrafts
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, shared_prefix
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters.base import CachedProposer, CutsDrafts, DraftRows, cache_length, crop, draw, feature_tokens
 from draftsmith.drafters.tree import dynamic_tree
-from draftsmith.errors import DraftsmithError
 from draftsmith.sampling import target_probs
 
 
@@ -52,14 +51,13 @@ class BlockDrafter(Protocol):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
 
-    def to_target(self, rows: torch.Tensor) -> torch.Tensor: ...
-
-    def to_vocabulary(self, q: torch.Tensor) -> torch.Tensor: ...
+    @property
+    def rows(self) -> DraftRows: ...
 
     def markov(self, hidden: torch.Tensor, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
-class DFlashProposer(CutsDrafts):
+class DFlashProposer(CutsDrafts, CachedProposer):
     """One forward per cycle: block [x_{T-1}, MASK...] at T-1 over cached context keys of positions < T-1."""
 
     def __init__(self, drafter: BlockDrafter, generator: torch.Generator | None = None):
@@ -73,7 +71,8 @@ class DFlashProposer(CutsDrafts):
     def reset(self) -> None:
         """Forget the previous request."""
         self.context: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer, positions 0..n-1
-        self.cached = torch.zeros(0, dtype=torch.long)  # the committed tokens those positions came from
+        self.forget_cache()  # `cached`: the committed tokens those positions came from
+        self.rows = self.drafter.rows  # the target id each head row drafts
 
     def describe(self) -> dict:
         """Kind, options and trained parameter count."""
@@ -82,26 +81,27 @@ class DFlashProposer(CutsDrafts):
                      "parameters": sum(p.numel() for p in self.drafter.parameters())}
         return {**described, **self.describe_cut()} if self.drafter.dspark else described
 
+    def networks(self) -> list[nn.Module]:
+        return [self.drafter]
+
     @torch.no_grad()
     def _catch_up(self, state: DecodeState) -> None:
         """Keep the cached context positions whose tokens still match, add those committed since (< T-1)."""
         tokens = state.tokens[0].cpu()
-        same = shared_prefix(self.cached, tokens)
-        have = 0 if self.context is None else self.context[0][0].shape[2]
-        keep, end = min(have, same), tokens.numel() - 1  # the feature at j depends on tokens 0..j
+        keep = self.reusable(tokens, 0 if self.context is None else cache_length(self.context))  # the feature at j
+        end = tokens.numel() - 1  # depends on tokens 0..j
         new = self.drafter.context_kv(state.features, keep, end)
         if self.context is None:
             self.context = new
         else:
-            self.context = [(torch.cat([k[:, :, :keep], nk], 2), torch.cat([v[:, :, :keep], nv], 2))
-                            for (k, v), (nk, nv) in zip(self.context, new)]
+            self.context = [(torch.cat([k, nk], 2), torch.cat([v, nv], 2))
+                            for (k, v), (nk, nv) in zip(crop(self.context, keep), new)]
         self.cached = tokens[:end].clone()
 
     @torch.no_grad()
     def block_hidden(self, state: DecodeState) -> torch.Tensor:
         """Normed hiddens [B, H] of the block [x_{T-1}, MASK...] at the last committed token."""
-        if state.tokens.shape[1] < 2:
-            raise DraftsmithError("The DFlash drafter needs two committed tokens (one target feature) to draft.")
+        feature_tokens(state, "The DFlash drafter")
         self._catch_up(state)
         drafter, T = self.drafter, state.tokens.shape[1]
         size, device = drafter.config.block_size, drafter.fc.weight.device
@@ -127,11 +127,11 @@ class DFlashProposer(CutsDrafts):
         logits = drafter.logits(hidden)
         if not drafter.dspark:
             if sampling.greedy:
-                return Draft(drafter.to_target(logits.argmax(-1)).cpu())
+                return Draft(self.rows.to_target(logits.argmax(-1)).cpu())
             # Block positions do not see each other's draft, so each q_k is the full law of x_k given the prefix.
             q = target_probs(logits, sampling)
             rows = torch.multinomial(q, 1, generator=self.generator)[:, 0]
-            return Draft(drafter.to_target(rows).cpu(), probs=drafter.to_vocabulary(q).cpu())
+            return Draft(self.rows.to_target(rows).cpu(), probs=self.rows.probs_to_target(q).cpu())
         return self._walk(hidden, logits, state.tokens[0, -1], sampling)
 
     @torch.no_grad()
@@ -151,11 +151,11 @@ class DFlashProposer(CutsDrafts):
         def grow(node_ids, rows, parent_ids):  # rows: the frontier's head rows
             depths = [1 if int(p) < 0 else depth_of[int(p)] + 1 for p in parent_ids]
             depth_of.update({int(n): d for n, d in zip(node_ids, depths)})
-            return children(depths[0], self.drafter.to_target(rows))  # one frontier is one depth
+            return children(depths[0], self.rows.to_target(rows))  # one frontier is one depth
 
         root = children(0, state.tokens[0, -1:].to(logits.device))[0]
         rows, parents, _ = dynamic_tree(root, grow, len(logits), top_k, total_tokens)
-        return Draft(self.drafter.to_target(rows), parents)
+        return Draft(self.rows.to_target(rows), parents)
 
     def _walk(self, hidden, logits, anchor, sampling: Sampling) -> Draft:
         """DSpark: position k's logits plus the Markov bias of the token drafted before it, left to right."""
@@ -165,15 +165,11 @@ class DFlashProposer(CutsDrafts):
             bias, confidence = drafter.markov(hidden[k], prev)
             if rule is not None and not rule.keep(float(torch.sigmoid(confidence))):
                 break
-            row = logits[k] + bias
-            if sampling.greedy:
-                prev = drafter.to_target(row.argmax())
-            else:
-                q = target_probs(row[None], sampling)[0]
-                prev = drafter.to_target(torch.multinomial(q, 1, generator=self.generator)[0])
-                probs.append(q)
+            row, q = draw(logits[k] + bias, sampling, self.generator)  # q over the head's rows
+            prev = self.rows.to_target(row)
             tokens.append(prev)
+            probs.append(q)
         drafted = torch.stack(tokens).cpu() if tokens else torch.zeros(0, dtype=torch.long)
         if sampling.greedy:
             return Draft(drafted)
-        return Draft(drafted, probs=drafter.to_vocabulary(torch.stack(probs) if probs else logits[:0]).cpu())
+        return Draft(drafted, probs=self.rows.probs_to_target(torch.stack(probs) if probs else logits[:0]).cpu())

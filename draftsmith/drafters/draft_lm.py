@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, predicting_positions, shared_prefix
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, predicting_positions
+from draftsmith.drafters.base import CachedProposer, crop
 from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree
 from draftsmith.errors import DraftsmithError
@@ -236,10 +237,8 @@ def load_proposer(spec: str | Path, target, dtype: str | torch.dtype | None = No
 
 
 # --------------------------------------------------------------------------- decoding
-class DraftLM:
+class DraftLM(CachedProposer):
     """The Proposer around a `draftsmith.target.Target` used as a small autoregressive drafter."""
-
-    required_layers: list[int] = []
 
     def __init__(self, model, target_vocab_size: int, generator: torch.Generator | None = None):
         self.model = model  # a Target (forward with cache=, .vocab_size, .name)
@@ -250,7 +249,7 @@ class DraftLM:
     def reset(self) -> None:
         """Drop the cache of the previous request."""
         self.cache = rollback_cache(self.model.config)
-        self.cached = torch.zeros(0, dtype=torch.long)  # tokens whose keys/values the cache holds
+        self.forget_cache()  # `cached`: the tokens whose keys/values the cache holds
         self.windows = attention_windows(self.model.config)
 
     @property
@@ -263,11 +262,13 @@ class DraftLM:
         params = sum(p.numel() for p in self.model.model.parameters())
         return {"kind": "draft_lm", "source": self.model.name, "parameters": params}
 
+    def networks(self) -> list[nn.Module]:
+        return [self.model.model]
+
     def _rollback(self, tokens: torch.Tensor) -> int:
         """Crop the cache to the longest prefix shared with `tokens` (leaving ≥ 1 token to feed)."""
-        same = shared_prefix(self.cached, tokens[:-1])
-        if self.cached.numel() > same:
-            self.cache.crop(-(self.cached.numel() - same))
+        same = self.reusable(tokens, self.cached.numel(), limit=tokens.numel() - 1)
+        crop(self.cache, same)
         self.cached = tokens[:same]
         return same
 
@@ -317,9 +318,7 @@ class DraftLM:
         try:
             drafted, parents, _ = dynamic_tree(root_log_probs, grow, depth, top_k, total_tokens)
         finally:  # only committed tokens stay cached
-            grown = self.cache.get_seq_length() - committed
-            if grown:
-                self.cache.crop(-grown)
+            crop(self.cache, committed)
         return drafted, parents
 
 

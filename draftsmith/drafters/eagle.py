@@ -39,6 +39,7 @@ from draftsmith.drafters import (
     check_target, load_attached, predicting_positions, read_folder, save_folder, soft_labels, stored_soft_labels,
     target_info,
 )
+from draftsmith.drafters.base import DraftRows
 from draftsmith.drafters.eagle_layers import DraftLayer, grouped_query_attention, ttt_attention
 from draftsmith.drafters.eagle_proposer import EagleProposer, ParallelEagleProposer
 from draftsmith.drafters.losses import LossOptions, distribution_loss
@@ -168,9 +169,14 @@ class Drafter(nn.Module):
         return self.target.embed(ids.to(self.target.device))
 
     @property
+    def rows(self) -> DraftRows:
+        """The target token each row of the head drafts (draft id i: target id i + d2t[i])."""
+        return DraftRows.from_offsets(self.d2t, self.t2d.numel())
+
+    @property
     def draft_ids(self) -> torch.Tensor:
         """Target id of every draft-vocabulary entry (i + d2t[i])."""
-        return torch.arange(self.d2t.numel(), device=self.d2t.device) + self.d2t
+        return self.rows.ids
 
     # ---- pieces shared by training and decoding
     def fuse(self, features: dict[int, torch.Tensor]) -> torch.Tensor:

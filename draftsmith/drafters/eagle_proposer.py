@@ -15,11 +15,11 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from draftsmith.cost import OPEN_CHAIN_REACH, CutsDrafts
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, shared_prefix
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.drafters.base import (
+    OPEN_CHAIN_REACH, CachedProposer, CutsDrafts, DraftRows, cache_length, chain, crop, draw, feature_tokens,
+)
 from draftsmith.drafters.tree import TreeSlots, dynamic_tree, per_position_tree
-from draftsmith.errors import DraftsmithError
-from draftsmith.sampling import target_probs
 
 
 class StepDrafter(Protocol):
@@ -28,10 +28,9 @@ class StepDrafter(Protocol):
 
     config: Any  # the kind's Config (a dataclass): layers, ttt_steps
     d2t: torch.Tensor  # draft row i drafts target id i + d2t[i]
-    t2d: torch.Tensor  # one entry per target token
 
     @property
-    def draft_ids(self) -> torch.Tensor: ...
+    def rows(self) -> DraftRows: ...
 
     def eval(self) -> StepDrafter: ...
 
@@ -46,7 +45,7 @@ class StepDrafter(Protocol):
     def logits(self, hidden: torch.Tensor, target_head) -> torch.Tensor: ...
 
 
-class EagleProposer(CutsDrafts):
+class EagleProposer(CutsDrafts, CachedProposer):
     """Drafts chains or EAGLE-2 trees; keeps the drafter's keys/values for committed positions.
 
     With `confidence_cut` (off unless asked), a chain stops before the first step whose top draft probability no
@@ -63,14 +62,17 @@ class EagleProposer(CutsDrafts):
     def reset(self) -> None:
         """Forget the previous request."""
         self.past = None  # per layer (keys, values) [1, kv_heads, R, d]: index t made from f_t and x_{t+1}
-        self.cached = torch.zeros(0, dtype=torch.long)  # the tokens x_0..x_R those entries came from
+        self.forget_cache()  # `cached`: the tokens x_0..x_R those entries came from
         self.mask_row = None  # P-EAGLE: (mask token id [1, 1], fused mask hidden [1, 1, H]), made once per request
-        self.draft_ids = self.drafter.draft_ids  # target id of each draft-vocabulary entry
+        self.rows = self.drafter.rows  # the target id each draft-vocabulary entry drafts
 
     def describe(self) -> dict:
         trained = sum(p.numel() for p in self.drafter.parameters() if p.requires_grad)
         return {"kind": "eagle", **dataclasses.asdict(self.drafter.config),
                 "draft_vocab_size": int(self.drafter.d2t.numel()), "parameters": trained, **self.describe_cut()}
+
+    def networks(self) -> list[nn.Module]:
+        return [self.drafter]
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.target.head(hidden.to(self.target.dtype))
@@ -82,12 +84,9 @@ class EagleProposer(CutsDrafts):
         `ahead` (P-EAGLE): also run that many mask rows after them, in the same forward (each sees every
         committed position and the mask rows before it; their keys are not cached).
         Returns (output hidden [1, 1 + ahead, H], their logits [1 + ahead, N], position of the last index)."""
-        tokens = state.tokens[0].cpu()
+        tokens = feature_tokens(state, "The EAGLE drafter")
         length = tokens.numel()
-        if length < 2:
-            raise DraftsmithError("The EAGLE drafter needs two committed tokens (one target feature) to draft.")
-        same = shared_prefix(self.cached, tokens)
-        keep = max(0, min(same - 1, length - 2, 0 if self.past is None else cached_length(self.past)))
+        keep = self.reusable(tokens, 0 if self.past is None else cache_length(self.past), lookahead=1, limit=length - 2)
         device = self.drafter.d2t.device
         features = {layer: state.features[layer][:, keep : length - 1].to(device) for layer in self.required_layers}
         ids = tokens[keep + 1 :][None].to(device)
@@ -105,11 +104,11 @@ class EagleProposer(CutsDrafts):
         if keep == 0:  # the whole prompt (a new request): causal attention without an [n, n] mask
             hidden, past = self.drafter.step(ids, hidden, positions, causal=True)
         else:
-            past = cropped(self.past, keep)
+            past = crop(self.past, keep)
             mask = torch.ones(n, keep + n, dtype=torch.bool, device=device).tril(keep)
             hidden, past = self.drafter.step(ids, hidden, positions, past, mask)
         committed = length - 1
-        self.past = cropped(past, committed) if ahead else past
+        self.past = crop(past, committed) if ahead else past
         self.cached = tokens.clone()
         hidden = hidden[:, -1 - ahead:]
         return hidden, self.drafter.logits(hidden, self._head)[0].float(), length - 2
@@ -135,16 +134,11 @@ class EagleProposer(CutsDrafts):
             pos = torch.tensor([[position + 1 + i]], device=token.device)
             hidden, past = self.drafter.step(token.view(1, 1), hidden, pos, past)
             logits = self.drafter.logits(hidden, self._head)[0, -1].float()
-        tokens = torch.stack(drafted).cpu() if drafted else state.tokens[0, :0]
-        return Draft(tokens, probs=None if sampling.greedy or not drafted else torch.stack(probs).cpu())
+        return chain(drafted, probs, state)
 
     def _choose(self, logits: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Next token (target id) and, when sampling, the processed distribution over the target vocabulary."""
-        if sampling.greedy:
-            return self.draft_ids[logits.argmax(-1)], None
-        full = logits.new_full((self.drafter.t2d.numel(),), float("-inf"))
-        q = target_probs(full.index_copy(0, self.draft_ids, logits)[None], sampling)[0]
-        return torch.multinomial(q, 1, generator=self.generator)[0], q
+        return draw(logits, sampling, self.generator, self.rows)
 
     @torch.no_grad()
     def tree(self, state: DecodeState, depth: int, top_k: int, total_tokens: int):
@@ -153,7 +147,7 @@ class EagleProposer(CutsDrafts):
         logits = logits[-1]
         slots, past = TreeSlots(), self.past
         hiddens = root_hidden  # slot s sits at s + 1; the root's output at 0
-        committed = cached_length(self.past)
+        committed = cache_length(self.past)
 
         def grow(node_ids, draft_tokens, parent_ids):
             nonlocal past, hiddens
@@ -161,13 +155,13 @@ class EagleProposer(CutsDrafts):
             device = root_hidden.device
             parent_hidden = hiddens[:, (parent_slots + 1).to(device)]
             mask = torch.cat([torch.ones(len(node_ids), committed, dtype=torch.bool), sees], 1).to(device)
-            ids = self.draft_ids[draft_tokens.to(device)][None]
+            ids = self.rows.to_target(draft_tokens.to(device))[None]
             out, past = self.drafter.step(ids, parent_hidden, (position + depths.to(device))[None], past, mask)
             hiddens = torch.cat([hiddens, out], 1)
             return torch.log_softmax(self.drafter.logits(out, self._head)[0].float(), -1).cpu()
 
         tokens, parents, scores = dynamic_tree(torch.log_softmax(logits, -1).cpu(), grow, depth, top_k, total_tokens)
-        return self.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores
+        return self.rows.to_target(tokens), parents, scores
 
 
 class ParallelEagleProposer(EagleProposer):
@@ -190,7 +184,7 @@ class ParallelEagleProposer(EagleProposer):
         _, logits, _ = self._catch_up(state, ahead=length - 1)
         rule = self.stopping_rule(length)
         if sampling.greedy and rule is None:  # every position's argmax at once: they do not depend on each other
-            return Draft(self.draft_ids[logits.argmax(-1)].cpu())
+            return Draft(self.rows.to_target(logits.argmax(-1)).cpu())
         drafted, probs = [], []
         for step_logits in logits:
             if rule is not None and not rule.keep_step(step_logits):
@@ -198,8 +192,7 @@ class ParallelEagleProposer(EagleProposer):
             token, q = self._choose(step_logits, sampling)
             drafted.append(token)
             probs.append(q)
-        tokens = torch.stack(drafted).cpu() if drafted else state.tokens[0, :0]
-        return Draft(tokens, probs=None if sampling.greedy or not drafted else torch.stack(probs).cpu())
+        return chain(drafted, probs, state)
 
     @torch.no_grad()
     def tree(self, state: DecodeState, depth: int, top_k: int, total_tokens: int):
@@ -208,14 +201,4 @@ class ParallelEagleProposer(EagleProposer):
         depth = min(depth, self.longest_draft)
         _, logits, _ = self._catch_up(state, ahead=max(depth, 1) - 1)
         tokens, parents, scores = per_position_tree(torch.log_softmax(logits, -1).cpu(), depth, top_k, total_tokens)
-        return self.draft_ids[tokens.to(self.drafter.d2t.device)].cpu(), parents, scores
-
-
-def cached_length(past) -> int:
-    """How many positions a drafter cache (one (keys, values) per layer) holds."""
-    return past[0][0].shape[2]
-
-
-def cropped(past, length: int):
-    """A drafter cache cut to its first `length` positions, in every layer."""
-    return tuple((keys[:, :, :length], values[:, :, :length]) for keys, values in past)
+        return self.rows.to_target(tokens), parents, scores

@@ -35,15 +35,14 @@ import torch
 from torch import nn
 
 from draftsmith.config import build
-from draftsmith.cost import CutsDrafts
 from draftsmith.drafters import (
     DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, predicting_positions, read_folder, save_folder,
     soft_labels, target_info,
 )
+from draftsmith.drafters.base import CutsDrafts, DraftRows, chain, draw, feature_tokens
 from draftsmith.drafters.tree import per_position_tree
 from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.errors import DraftsmithError
-from draftsmith.sampling import target_probs
 from draftsmith.target import Target
 
 
@@ -150,24 +149,21 @@ class Drafter(nn.Module):
         self.target = target
         return self
 
+    @property
+    def rows(self) -> DraftRows:
+        """The target token each head row drafts (`token_map` over a draft vocabulary)."""
+        return DraftRows(self.token_map, self.sizes["vocab_size"])
+
     def head(self, i: int, last_features: torch.Tensor) -> torch.Tensor:
         """Head i's logits over the target's vocabulary [..., V] (-inf outside a draft vocabulary) from the target's
         last-layer output (its frozen final norm applied here)."""
-        return self.to_target_vocab(self.head_rows(i, last_features))
+        return self.rows.logits_to_target(self.head_rows(i, last_features))
 
     def head_rows(self, i: int, last_features: torch.Tensor) -> torch.Tensor:
         """Head i's logits over its own rows [..., N] (the draft vocabulary, or the whole one)."""
         if self.target is None:
             raise DraftsmithError("These Medusa heads are not attached to a target: call drafter.attach(target) first.")
         return self.head_on_normed(i, self.target.final_norm(last_features.to(self.target.dtype)))
-
-    def to_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
-        """Row logits [..., N] as logits over the target's vocabulary [..., V], -inf where no row drafts."""
-        if self.token_map is None:
-            return logits
-        full = logits.new_full((*logits.shape[:-1], self.sizes["vocab_size"]), float("-inf"))
-        full[..., self.token_map] = logits
-        return full
 
     def head_on_normed(self, i: int, normed: torch.Tensor) -> torch.Tensor:
         """Head i's row logits from a hidden state already through the final norm (what the lm_head reads)."""
@@ -206,9 +202,7 @@ class Drafter(nn.Module):
             p, best = all_p[label_rows], all_best[label_rows]
             head_loss = distribution_loss(self.config.loss, log_q, p, eta=self.config.loss_eta).mean()
             total = total + self.config.step_weight**i * head_loss
-            ranked = log_q.topk(min(k, log_q.shape[-1]), -1).indices
-            if self.token_map is not None:
-                ranked = self.token_map[ranked]
+            ranked = self.rows.to_target(log_q.topk(min(k, log_q.shape[-1]), -1).indices)
             hits = (ranked == best[:, None]).float().mean(0)  # [k] rank-r hit rates
             metrics[f"loss_{i}"] = float(head_loss.detach())
             metrics[f"acc_{i}"] = float(hits[0])
@@ -394,6 +388,10 @@ class MedusaProposer(CutsDrafts):
     def reset(self) -> None:
         """Nothing to forget: the heads keep no state between cycles."""
 
+    def networks(self) -> list[nn.Module]:
+        """The heads and, for Medusa-2, the tuned target that verifies them (its few-row products too)."""
+        return [self.drafter, *([] if self.verifier is None else [self.verifier.model])]
+
     def describe(self) -> dict:
         """Kind, options and parameter count."""
         heads = [p for name, p in self.drafter.named_parameters() if not name.startswith("tuned.")]
@@ -404,28 +402,21 @@ class MedusaProposer(CutsDrafts):
     @torch.no_grad()
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
         """A chain: head i's choice for draft position i, up to min(length, heads) tokens; or a tree."""
-        if state.tokens.shape[1] < 2:
-            raise DraftsmithError("Medusa heads need two committed tokens (one target feature) to draft.")
+        feature_tokens(state, "The Medusa drafter")
         feature = state.features[self.drafter.last_layer][0, -1]  # position T-2: its prediction is x_{T-1}
         if shape.tree is not None:
             return self.tree(feature, *shape.tree)
-        tokens, probs = [], []
-        token_map = self.drafter.token_map
+        tokens, probs, rows = [], [], self.drafter.rows
         length = min(shape.length, self.drafter.config.num_heads)
         rule = self.stopping_rule(length)
         for i in range(length):
             logits = self.drafter.head_rows(i, feature)
             if rule is not None and not rule.keep_step(logits):
                 break
-            if sampling.greedy:
-                best = logits.argmax(-1)
-                tokens.append((best if token_map is None else token_map[best]).cpu())
-                continue
-            q = target_probs(self.drafter.to_target_vocab(logits)[None], sampling)[0]
-            tokens.append(torch.multinomial(q, 1, generator=self.generator)[0].cpu())
-            probs.append(q.cpu())
-        drafted = torch.stack(tokens) if tokens else state.tokens[0, :0]
-        return Draft(drafted, probs=torch.stack(probs) if probs else None)
+            token, q = draw(logits, sampling, self.generator, rows)
+            tokens.append(token)
+            probs.append(q)
+        return chain(tokens, probs, state)
 
     def tree(self, feature: torch.Tensor, depth: int, top_k: int, total_tokens: int) -> Draft:
         """The static tree measured on held-out data (its nodes of depth <= depth and ranks < top_k, the first

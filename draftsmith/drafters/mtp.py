@@ -26,15 +26,13 @@ from torch import nn
 from transformers import AutoConfig, DynamicCache
 
 from draftsmith.config import build
-from draftsmith.cost import OPEN_CHAIN_REACH, CutsDrafts
 from draftsmith.drafters import (
-    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, shared_prefix,
-    target_info,
+    DecodeState, Draft, DraftShape, Sampling, check_target, load_attached, read_folder, save_folder, target_info,
 )
+from draftsmith.drafters.base import OPEN_CHAIN_REACH, CachedProposer, CutsDrafts, chain, crop, draw, feature_tokens
 from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.drafters.tree import dynamic_tree
 from draftsmith.errors import DraftsmithError
-from draftsmith.sampling import target_probs
 
 
 
@@ -257,7 +255,7 @@ def load_proposer(folder: str | Path, target) -> MTPProposer:
 
 
 # --------------------------------------------------------------------------- decoding
-class MTPProposer(CutsDrafts):
+class MTPProposer(CutsDrafts, CachedProposer):
     """Chains the modules (or grows an EAGLE-2 tree of them); each step caches committed indices only.
 
     With `confidence_cut` (off unless asked), a chain stops before the first step whose top probability no longer
@@ -273,12 +271,15 @@ class MTPProposer(CutsDrafts):
         """Forget the previous request."""
         self.caches: list[DynamicCache] = []  # step k: keys/values of committed indices 0..T-1-k
         self.outputs: list[torch.Tensor] = []  # step k: h^k [1, n, H] at those indices
-        self.cached = torch.zeros(0, dtype=torch.long)  # the committed tokens they came from
+        self.forget_cache()  # `cached`: the committed tokens they came from
 
     def describe(self) -> dict:
         """Kind, options and trained parameter count."""
         trained = sum(p.numel() for p in self.drafter.parameters())
         return {"kind": "mtp", **dataclasses.asdict(self.drafter.config), "parameters": trained, **self.describe_cut()}
+
+    def networks(self) -> list[nn.Module]:
+        return [self.drafter]
 
     def max_steps(self, wanted: int) -> int:
         """Separate modules give D steps; a shared module can be applied as often as asked."""
@@ -287,11 +288,8 @@ class MTPProposer(CutsDrafts):
     @torch.no_grad()
     def _catch_up(self, state: DecodeState, steps: int) -> None:
         """Drop cached indices that no longer match `state.tokens`, then run each step over its new committed indices."""
-        tokens = state.tokens[0].cpu()
+        tokens = feature_tokens(state, "The MTP drafter")
         length = tokens.numel()
-        if length < 2:
-            raise DraftsmithError("The MTP drafter needs two committed tokens (one target feature) to draft.")
-        same = shared_prefix(self.cached, tokens)
         device = self.drafter.mtp_modules[0].input_proj.weight.device
         hidden = self.drafter.normed(state.features[self.drafter.last_layer].to(device))  # h^0 at 0..T-2
         for step in range(1, steps + 1):
@@ -299,8 +297,8 @@ class MTPProposer(CutsDrafts):
                 self.caches.append(DynamicCache())
                 self.outputs.append(hidden[:, :0])
             valid = max(0, length - step)  # committed indices 0..T-1-step: x_{t+step} is known
-            keep = min(self.outputs[step - 1].shape[1], max(0, same - step), valid)
-            _crop(self.caches[step - 1], keep)
+            keep = self.reusable(tokens, self.outputs[step - 1].shape[1], lookahead=step, limit=valid)
+            crop(self.caches[step - 1], keep)
             index = torch.arange(keep, valid, device=device)[None]
             new = hidden[:, keep:valid]
             if index.numel():
@@ -356,15 +354,11 @@ class MTPProposer(CutsDrafts):
             drafted.append(token.cpu())
             probs.append(q)
             paths = torch.cat([paths, token.view(1, 1).cpu()], 1)
-        tokens = torch.stack(drafted) if drafted else state.tokens[0, :0]
-        return Draft(tokens, probs=None if sampling.greedy or not drafted else torch.stack(probs).cpu())
+        return chain(drafted, probs, state)
 
     def _choose(self, logits: torch.Tensor, sampling: Sampling):
         """Next token and, when sampling, the processed draft distribution it was drawn from."""
-        if sampling.greedy:
-            return logits.argmax(-1), None
-        q = target_probs(logits[None].float(), sampling)[0]
-        return torch.multinomial(q, 1, generator=self.generator)[0], q
+        return draw(logits, sampling, self.generator)
 
     @torch.no_grad()
     def tree(self, state: DecodeState, depth: int, top_k: int, total_tokens: int):
@@ -388,10 +382,3 @@ class MTPProposer(CutsDrafts):
         root = torch.log_softmax(self.drafter.logits(root_hidden)[0, -1], -1).cpu()
         tokens, parents, _ = dynamic_tree(root, grow, depth, top_k, total_tokens)
         return tokens, parents
-
-
-def _crop(cache: DynamicCache, keep: int) -> None:
-    """Keep the first `keep` positions of a one-layer cache."""
-    length = cache.get_seq_length()
-    if length > keep:
-        cache.crop(-(length - keep))
