@@ -1,12 +1,14 @@
-"""Prompt lookup: which match it copies, tree drafts as tries, adaptive lengths, exactness through the decoder."""
+"""Prompt lookup, the suffix drafter's preset: which match it copies, tree drafts as tries, adaptive lengths (against
+a brute-force prompt lookup), exactness through the decoder."""
 
 import pytest
 import torch
 
 from draftsmith.drafters import DecodeState, DraftShape, Sampling
 from draftsmith.drafters.prompt_lookup import Config, PromptLookup
+from draftsmith.drafters.suffix import Config as SuffixConfig
 from draftsmith.errors import DraftsmithError
-from draftsmith.cost import verify_cost_curve
+from draftsmith.cost import best_length, verify_cost_curve
 from draftsmith.eval.decoder import plain_generate, speculative_generate
 
 
@@ -74,7 +76,51 @@ def test_incremental_index_finds_what_a_full_scan_finds():
                 assert ours == brute_force_continuations(tokens, [3, 2, 1], length, limit)
             grow = int(torch.randint(1, 6, (1,), generator=generator))
             tokens = torch.cat([tokens, torch.randint(0, 6, (grow,), generator=generator)])
-    assert len(lookup.index.listed) == tokens.numel() - grow  # indexed once each, not once per cycle
+    listed = sum(len(positions) for positions in lookup.live.where.values())
+    assert listed == lookup.live.length == tokens.numel() - grow  # indexed once each, not once per cycle
+
+
+def brute_force_lookup(tokens: list[int], length: int, counts: dict, last_full: bool, cost) -> tuple[list[int], tuple]:
+    """Prompt lookup's chain, written out: the most recent match of the longest n-gram (3 down to 1) with a
+    full-length continuation (else its longest), cut to the length whose expected tokens per unit of verify cost
+    are best at the running acceptance rate of its (n, last draft whole) class, from 3 of 4. (draft, class)."""
+    found = brute_force_continuations(torch.tensor(tokens), [3, 2, 1], length, 1)
+    if not found:
+        return [], None
+    n, draft = found[0]
+    key = (n, last_full)
+    if cost is not None:
+        accepted, offered = counts.get(key, (0, 0))
+        rate = (accepted + 3) / (offered + 4)
+        draft = draft[: best_length([rate**k for k in range(1, length + 1)], cost)]
+    return draft, key
+
+
+def test_the_preset_drafts_prompt_lookups_chains():
+    """The suffix drafter's preset drafts prompt lookup's chains, adaptive lengths included, as drafts are partly
+    accepted along random sequences (its acceptance learned off the committed tokens, as prompt lookup learns it)."""
+    generator = torch.Generator().manual_seed(0)
+    for cost in (None, CPU_LIKE):
+        lookup = PromptLookup(verify_cost=cost)
+        tokens, lengths, counts, last_full, pending = torch.randint(0, 4, (3,), generator=generator), set(), {}, False, None
+        while tokens.numel() < 300:
+            if pending is not None:  # what the brute force learns from its previous draft
+                at, draft, key = pending
+                after = tokens[at : at + len(draft)].tolist()
+                accepted = next((i for i, (a, b) in enumerate(zip(draft, after)) if a != b), len(after))
+                count = counts.setdefault(key, [0, 0])
+                count[0], count[1] = count[0] + accepted, count[1] + min(len(draft), accepted + 1)
+                last_full = accepted == len(draft)
+            want, key = brute_force_lookup(tokens.tolist(), 4, counts, last_full, cost)
+            pending = (tokens.numel(), want, key) if want else None
+            got = lookup.propose(DecodeState(tokens[None]), DraftShape(4), Sampling()).tokens
+            assert got.tolist() == want
+            lengths.add(len(want))
+            kept = int(torch.randint(0, len(want) + 1, (1,), generator=generator))  # the target agrees so far
+            tokens = torch.cat([tokens, got[:kept], torch.randint(0, 4, (1,), generator=generator)])
+        assert len(lengths) >= (3 if cost else 2)
+    assert PromptLookup().config == Config().suffix_config() == SuffixConfig(
+        max_match=3, min_match=1, choose="recent", trees="recent")
 
 
 def test_bad_ngram_config():

@@ -1,5 +1,5 @@
-"""Suffix drafting: the index against a brute-force search, frequency scoring, prompt lookup as one configuration,
-the cross-request cache's bound, its file (round trip, torn files, crash during a write), exact decoding."""
+"""Suffix drafting: the index against a brute-force search, frequency scoring (prompt lookup, its preset, is tested in
+test_prompt_lookup.py), the cross-request cache's bound, its file (round trip, torn files, crash during a write), exact decoding."""
 
 import os
 
@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from draftsmith.drafters import DecodeState, DraftShape, Sampling
-from draftsmith.drafters.prompt_lookup import PromptLookup
 from draftsmith.drafters.suffix import Config, DocumentCache, SuffixProposer, Trie
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.decoder import plain_generate, speculative_generate
@@ -86,24 +85,6 @@ def test_the_most_frequent_continuation_beats_the_most_recent():
     # score = 0.75^depth x the share of the three occurrences that continue this way
     assert found.scores == pytest.approx([0.75 * 2 / 3, 0.75**2 * 2 / 3, 0.75 / 3, 0.75**2 / 3])
     assert len(SuffixProposer().candidates(state(tokens), DraftShape(tree=(2, 1, 10))).tokens) == 2  # top_k 1
-
-
-def test_prompt_lookup_is_one_configuration():
-    """max_match 3, choose recent: the same chains as prompt lookup, adaptive lengths included, as drafts are
-    partly accepted along random sequences."""
-    generator = torch.Generator().manual_seed(0)
-    for cost in (None, CPU_LIKE):
-        lookup = PromptLookup(verify_cost=cost)
-        suffix = SuffixProposer(Config(max_match=3, min_match=1, choose="recent"), verify_cost=cost)
-        tokens, lengths = torch.randint(0, 4, (3,), generator=generator), set()
-        while tokens.numel() < 300:
-            want = lookup.propose(DecodeState(tokens[None]), DraftShape(4), Sampling()).tokens
-            got = suffix.propose(DecodeState(tokens[None]), DraftShape(4), Sampling()).tokens
-            assert got.tolist() == want.tolist()
-            lengths.add(len(want))
-            kept = int(torch.randint(0, len(want) + 1, (1,), generator=generator))  # the target agrees so far
-            tokens = torch.cat([tokens, want[:kept], torch.randint(0, 4, (1,), generator=generator)])
-        assert len(lengths) >= (3 if cost else 2)
 
 
 def test_bad_configs():

@@ -1,23 +1,21 @@
 """Suffix drafting (SuffixDecoding-style): continue the longest recurring suffix of the context with what most
 often followed it, in the current request and, optionally, in earlier requests' outputs. Training-free.
 
-Matching. The request's committed tokens and the cached outputs sit in token arrays that also list, per token id,
-its positions. The last token's positions are the candidate occurrences; one vectorised comparison per extra token
-walks them backwards to their match lengths (at most `max_match`), and the `max_occurrences` most recent
-occurrences of the longest match give the continuations. Memory is O(tokens), where a depth-D suffix tree holds
-O(tokens x D) nodes (kilobytes per token as Python objects).
+Matching (`suffix_store`). The request's committed tokens and the cached outputs sit in token arrays that also list,
+per token id, its positions; the `max_occurrences` most recent occurrences of the longest match (at most
+`max_match` tokens) give the continuations.
 
 Scoring. The continuations form a trie with counts. A node's score estimates the chance the target accepts the
 path to it: a^depth x count(node) / occurrences, where a is the learned per-token acceptance of drafts from
-matches of that length (and "was the previous draft fully accepted"), read off the committed tokens as prompt
-lookup does, from an optimistic 3 of 4. A chain is the most frequent path; a tree the best-scoring nodes. With a
-measured verify-cost curve a draft is cut to the size with the most expected tokens per unit of cost,
+matches of that length (and "was the previous draft fully accepted"), read off the committed tokens
+(`base.LearnsFromDrafts`), from an optimistic 3 of 4. A chain is the most frequent path; a tree the best-scoring
+nodes. With a measured verify-cost curve a draft is cut to the size with the most expected tokens per unit of cost,
 (1 + sum of kept scores) / t(kept + 1) (`cost.best_length`); none at all is a plain step. Drafts are point masses
 (q one-hot, `Draft.probs` None), so verification stays exact.
 
-Prompt lookup is one configuration: `Config(max_match=3, min_match=1, choose="recent")` drafts the chains of
-`prompt_lookup.PromptLookup()`, adaptive lengths included. Trees differ (prompt lookup's merge distinct
-continuations of several n-gram lengths; these count those of the longest match).
+Prompt lookup is a preset (`prompt_lookup.PromptLookup`): `max_match=3, min_match=1, choose="recent",
+trees="recent"`, the chain of the newest occurrence of the longest match (the one with the longest continuation),
+and trees of the distinct continuations of several match lengths, newest first.
 
 Cross-request cache: earlier outputs, at most `cache_tokens` tokens, the least recently used (added or drafted
 from) evicted first; per process. With `cache_file` it is read at start and rewritten after every request through
@@ -27,23 +25,18 @@ overwritten) or written for another tokenizer fails its checksum or checks and i
 
 from __future__ import annotations
 
-import hashlib
-import json
-import warnings
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import torch
 
-from draftsmith.cost import best_length, calibrated, measure
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling
+from draftsmith.cost import best_length, calibrated
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
+from draftsmith.drafters.base import LearnsFromDrafts
+from draftsmith.drafters.suffix_store import DocumentCache, TokenStore
 from draftsmith.errors import DraftsmithError
-from draftsmith.files import write_atomically
-
-SEPARATOR = -1  # ends every cached document: no match or continuation runs across it
 
 
 @dataclass
@@ -57,6 +50,10 @@ class Config:
     choose: Literal["frequency", "recent"] = "frequency"
     """chains: the most frequent continuation of the longest match, or (recent, prompt lookup's rule) that of its
     most recent occurrence with the longest continuation"""
+    trees: Literal["frequency", "recent"] = "frequency"
+    """trees: the best-scoring nodes of the longest match's continuations, or (recent, prompt lookup's rule) the
+    first `total` nodes of the trie of the top_k distinct continuations of the newest occurrences of every match
+    length, the longest first (`continuations`), never cut by the verify cost nor learned from"""
     max_occurrences: int = 64
     """continuations counted per draft: those of the most recent occurrences of the longest match"""
     adaptive: bool = True
@@ -71,170 +68,12 @@ class Config:
         if not 1 <= self.min_match <= self.max_match:
             raise DraftsmithError(f"suffix drafting needs 1 <= min_match <= max_match, got {self.min_match}, "
                                   f"{self.max_match}.")
-        if self.choose not in ("frequency", "recent") or self.max_occurrences < 1 or self.cache_tokens < 0:
-            raise DraftsmithError("suffix drafting needs choose 'frequency' or 'recent', max_occurrences >= 1 and "
-                                  f"cache_tokens >= 0; got {self.choose!r}, {self.max_occurrences}, "
+        if {self.choose, self.trees} - {"frequency", "recent"} or self.max_occurrences < 1 or self.cache_tokens < 0:
+            raise DraftsmithError("suffix drafting needs choose and trees 'frequency' or 'recent', max_occurrences >= 1 "
+                                  f"and cache_tokens >= 0; got {self.choose!r}, {self.trees!r}, {self.max_occurrences}, "
                                   f"{self.cache_tokens}.")
         if self.cache_file and not self.cache_tokens:
             raise DraftsmithError("suffix drafting: cache_file needs a cross-request cache (cache_tokens > 0).")
-
-
-# --------------------------------------------------------------------------- where the suffix recurs
-class TokenStore:
-    """Token ids in one growing array, and the positions of each id: what suffix matches are searched in."""
-
-    def __init__(self) -> None:
-        self.buffer = np.empty(256, dtype=np.int64)
-        self.length = 0
-        self.where: dict[int, list[int]] = {}
-
-    @property
-    def tokens(self) -> np.ndarray:
-        return self.buffer[: self.length]
-
-    def extend(self, new) -> None:
-        """Append ids (amortised O(new): the array doubles when full); SEPARATOR is stored, never listed."""
-        new = np.asarray(new, dtype=np.int64)
-        if self.length + new.size > self.buffer.size:
-            grown = np.empty(max(2 * self.buffer.size, self.length + new.size), dtype=np.int64)
-            grown[: self.length] = self.tokens
-            self.buffer = grown
-        self.buffer[self.length : self.length + new.size] = new
-        for position, token in enumerate(new.tolist(), start=self.length):
-            if token != SEPARATOR:
-                self.where.setdefault(token, []).append(position)
-        self.length += new.size
-
-    def matches(self, context: np.ndarray, longest: int) -> tuple[np.ndarray, np.ndarray]:
-        """(continuation start p, match length) of every occurrence of the context's last token that something
-        follows; the length counts how many of the context's last tokens precede p (at most `longest`)."""
-        listed = self.where.get(int(context[-1]))
-        if not listed:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        starts = np.asarray(listed, dtype=np.int64) + 1
-        starts = starts[starts < self.length]  # the context's own suffix has nothing after it
-        starts = starts[self.buffer[starts] != SEPARATOR]
-        lengths, alive = np.ones(starts.size, dtype=np.int64), np.ones(starts.size, dtype=bool)
-        for back in range(2, min(longest, context.size) + 1):  # one vectorised step per extra matched token
-            before = starts - back
-            alive &= (before >= 0) & (self.buffer[np.maximum(before, 0)] == context[-back])
-            if not alive.any():
-                break
-            lengths += alive
-        return starts, lengths
-
-    def continuation(self, start: int, depth: int) -> list[int]:
-        """Up to `depth` tokens from `start`, stopping at a document's end."""
-        row = self.buffer[start : min(self.length, start + depth)].tolist()
-        return row[: row.index(SEPARATOR)] if SEPARATOR in row else row
-
-
-class DocumentCache:
-    """Earlier requests' outputs (documents), at most `bound` tokens in all, in one TokenStore.
-
-    `used[i]` is the clock at which document i was added or last drafted from. A document that does not fit evicts
-    the least recently used down to 7/8 of the bound, so the O(bound) rebuild of the store is paid once per bound/8
-    new tokens rather than once per request."""
-
-    MAGIC = b"draftsmith suffix cache v1\n"
-
-    def __init__(self, bound: int) -> None:
-        self.bound, self.clock = bound, 0
-        self.documents: list[list[int]] = []
-        self.used: list[int] = []
-        self.added_tokens = self.evicted_documents = self.peak_tokens = 0  # for reports: what the bound did
-        self._rebuild()
-
-    @property
-    def total(self) -> int:
-        """Tokens held (separators not counted)."""
-        return self.store.length - len(self.documents)
-
-    def _rebuild(self) -> None:
-        self.store, self.starts = TokenStore(), []
-        for document in self.documents:
-            self.starts.append(self.store.length)
-            self.store.extend(document + [SEPARATOR])
-
-    def add(self, document: list[int]) -> None:
-        """Remember one output (its last `bound` tokens when longer), evicting as the bound requires."""
-        document = list(document)[-self.bound :] if self.bound else []
-        if not document:
-            return
-        self.clock += 1
-        if self.total + len(document) > self.bound:
-            limit, total = max(self.bound - self.bound // 8 - len(document), 0), self.total
-            kept = sorted(range(len(self.documents)), key=lambda i: (self.used[i], i))  # least recently used first
-            while total > limit:
-                total -= len(self.documents[kept.pop(0)])
-                self.evicted_documents += 1
-            kept.sort()
-            self.documents, self.used = [self.documents[i] for i in kept], [self.used[i] for i in kept]
-            self._rebuild()
-        self.documents.append(document)
-        self.used.append(self.clock)
-        self.starts.append(self.store.length)
-        self.store.extend(document + [SEPARATOR])
-        self.added_tokens += len(document)
-        self.peak_tokens = max(self.peak_tokens, self.total)
-
-    def describe(self) -> dict:
-        """What the cache holds against its bound, and what it took in and evicted, for reports."""
-        return {"documents": len(self.documents), "tokens": self.total, "bound_tokens": self.bound,
-                "peak_tokens": self.peak_tokens, "added_tokens": self.added_tokens,
-                "evicted_documents": self.evicted_documents}
-
-    def touch(self, positions: list[int]) -> None:
-        """Mark the documents holding these store positions as just used."""
-        for index in set((np.searchsorted(self.starts, positions, side="right") - 1).tolist()):
-            self.used[index] = self.clock
-
-    def save(self, path: str | Path, tokenizer_id: str | None = None) -> None:
-        """Write the cache so that a crash leaves the old file or the new one: header, checksum, JSON payload."""
-        payload = json.dumps({"tokenizer": tokenizer_id, "clock": self.clock, "documents": self.documents,
-                              "used": self.used}, separators=(",", ":")).encode()
-        header = f"{hashlib.sha256(payload).hexdigest()} {len(payload)}\n".encode()
-        Path(path).parent.mkdir(parents=True, exist_ok=True)  # e.g. inside an eval --out not written yet
-        write_atomically(path, self.MAGIC + header + payload)
-
-    @classmethod
-    def load(cls, path: str | Path, bound: int, tokenizer_id: str | None = None) -> DocumentCache:
-        """The cache in `path` (empty when there is none); a torn, corrupt or foreign file is ignored with a warning."""
-        cache = cls(bound)
-        try:
-            data = _read_cache_file(Path(path).read_bytes(), tokenizer_id)
-        except FileNotFoundError:
-            return cache
-        except (OSError, ValueError, KeyError, TypeError) as err:  # JSON and decoding errors are ValueErrors
-            warnings.warn(f"Ignoring the suffix cache file '{path}' ({err}); starting with an empty cache.",
-                          RuntimeWarning, stacklevel=2)
-            return cache
-        for document, used in zip(data["documents"], data["used"]):  # in the order they were added
-            cache.clock = used - 1  # so that add() gives it back its own stamp (a smaller bound evicts by them)
-            cache.add(document)
-        cache.clock = max(data["clock"], cache.clock)
-        return cache
-
-
-def _read_cache_file(blob: bytes, tokenizer_id: str | None) -> dict:
-    """The checked payload of a cache file; ValueError saying what is wrong with it."""
-    if not blob.startswith(DocumentCache.MAGIC):
-        raise ValueError("not a draftsmith suffix cache: wrong header")
-    header, _, payload = blob[len(DocumentCache.MAGIC):].partition(b"\n")
-    digest, _, size = header.decode("ascii").partition(" ")
-    if not size.isdigit() or int(size) != len(payload):
-        raise ValueError(f"{len(payload)} payload bytes where {size or '?'} were written: torn")
-    if hashlib.sha256(payload).hexdigest() != digest:
-        raise ValueError("checksum mismatch: torn or corrupted")
-    data = json.loads(payload)
-    documents, used = data["documents"], data["used"]
-    lists = isinstance(documents, list) and isinstance(used, list) and len(documents) == len(used)
-    if not lists or any(not isinstance(d, list) or any(type(t) is not int or t < 0 for t in d) for d in documents) \
-            or any(type(u) is not int for u in used) or type(data["clock"]) is not int:
-        raise ValueError("malformed contents")
-    if tokenizer_id is not None and data.get("tokenizer") not in (None, tokenizer_id):
-        raise ValueError("written for another tokenizer: its token ids mean other tokens")
-    return data
 
 
 # --------------------------------------------------------------------------- candidates
@@ -246,11 +85,12 @@ class Candidates:
     tokens: list[int]
     parents: list[int]
     scores: list[float]
+    tree: bool = False  # a tree draft even where the nodes form one path (prompt lookup's trees)
 
     def draft(self) -> Draft:
         """As a Draft: a chain when the nodes form one path, else a tree; q one-hot either way (probs None)."""
         tokens = torch.tensor(self.tokens, dtype=torch.long)
-        if all(parent == node - 1 for node, parent in enumerate(self.parents)):
+        if not self.tree and all(parent == node - 1 for node, parent in enumerate(self.parents)):
             return Draft(tokens)
         return Draft(tokens, torch.tensor(self.parents, dtype=torch.long))
 
@@ -314,13 +154,11 @@ def _match_class(length: int) -> int:
     return length if length < 4 else 1 << (length.bit_length() - 1)
 
 
-class SuffixProposer:
+class SuffixProposer(LearnsFromDrafts, Proposer):
     """The Proposer: suffix matches in the current request and the cross-request cache.
 
     `verify_cost` maps n (tokens in one target pass) to its cost (see `calibrate`); `tokenizer_id` names the
     tokenizer the cache file's ids belong to (a file written for another one is ignored)."""
-
-    required_layers: list[int] = []
 
     def __init__(self, config: Config | None = None, verify_cost: dict[int, float] | None = None,
                  tokenizer_id: str | None = None):
@@ -342,13 +180,8 @@ class SuffixProposer:
             if self.config.cache_file:
                 self.cache.save(self.config.cache_file, self.tokenizer_id)
         self.live, self.prompt_length = TokenStore(), 0
-        self.pending: tuple[int, list[int], list[float], tuple[int, bool]] | None = None
+        self.last_draft = None  # its best path, noted with (the shares of its nodes, its acceptance class)
         self.last_full = False
-
-    def calibrate(self, target, max_length: int, context_tokens: int = 256) -> dict[int, float]:
-        """Measure t(n) for n = 1 .. max_length + 1 on `target` (a few seconds); adaptive drafts use it."""
-        self.verify_cost = measure(target, max_length, context_tokens)
-        return self.verify_cost
 
     def describe(self) -> dict:
         """Kind, options, cache size and learned acceptance, for reports."""
@@ -358,18 +191,25 @@ class SuffixProposer:
         adaptive = self.config.adaptive and self.verify_cost is not None
         return {"kind": "suffix", **vars(self.config), "adaptive": adaptive, "acceptance_by_match": rates, "cache": cache}
 
-    def match(self, tokens: torch.Tensor, depth: int) -> tuple[int, list[list[int]]] | None:
-        """Index the committed `tokens` [T]; (length of the longest recurring suffix, up to `depth` tokens that
-        followed each of its occurrences, most recent first: the current request's before the cache's), or None
-        where the longest is shorter than min_match."""
+    def _index(self, tokens: torch.Tensor) -> np.ndarray:
+        """Index the committed `tokens` [T] in the live store (what is new since the last call); them as an array."""
         context = tokens.numpy().astype(np.int64, copy=False)
         known = self.live.length
         if context.size < known or not np.array_equal(context[:known], self.live.tokens):
             self.live, known = TokenStore(), 0  # another sequence without reset(): start over
         self.live.extend(context[known:])
-        found = [(self.live, *self.live.matches(context, self.config.max_match))]
-        if self.cache is not None:
-            found.append((self.cache.store, *self.cache.store.matches(context, self.config.max_match)))
+        return context
+
+    def _matches(self, context: np.ndarray) -> list[tuple[TokenStore, np.ndarray, np.ndarray]]:
+        """(store, continuation starts, match lengths) in the current request, then in the cache."""
+        stores = [self.live] + ([] if self.cache is None else [self.cache.store])
+        return [(store, *store.matches(context, self.config.max_match)) for store in stores]
+
+    def match(self, tokens: torch.Tensor, depth: int) -> tuple[int, list[list[int]]] | None:
+        """Index the committed `tokens` [T]; (length of the longest recurring suffix, up to `depth` tokens that
+        followed each of its occurrences, most recent first: the current request's before the cache's), or None
+        where the longest is shorter than min_match."""
+        found = self._matches(self._index(tokens))
         longest = max((int(lengths.max()) for _, _, lengths in found if lengths.size), default=0)
         if longest < self.config.min_match:
             return None
@@ -381,15 +221,45 @@ class SuffixProposer:
                 self.cache.touch(newest)  # drafted from: recently used
         return longest, rows
 
+    def continuations(self, tokens: torch.Tensor, depth: int, limit: int) -> list[tuple[int, torch.Tensor]]:
+        """Prompt lookup's search (`trees="recent"`): up to `limit` distinct (n, continuation of at most `depth`
+        tokens) of earlier occurrences of the last n committed `tokens` [T], n from max_match down to min_match; per
+        n those with `depth` tokens after them from the most recent back, then the shorter ones, longest first (the
+        current request's before the cache's)."""
+        found, seen, cached = [], set(), []
+        stores = self._matches(self._index(tokens))
+        for n in range(self.config.max_match, self.config.min_match - 1, -1):
+            for store, starts, lengths in stores:
+                for row, start in _newest_first(store, starts[lengths >= n], depth):
+                    if tuple(row) in seen:
+                        continue
+                    seen.add(tuple(row))
+                    found.append((n, torch.tensor(row, dtype=torch.long)))
+                    cached += [start] if store is not self.live else []
+                    if len(found) >= limit:
+                        break
+                if len(found) >= limit:
+                    break
+            if len(found) >= limit:
+                break
+        if cached:
+            self.cache.touch(cached)  # drafted from: recently used
+        return found
+
     def candidates(self, state: DecodeState, shape: DraftShape) -> Candidates:
         """This pass's scored nodes: a chain for chain shapes, else a tree; cut to what pays for its verify cost."""
         tokens = state.tokens[0].cpu()
         self.prompt_length = state.prompt_length
-        self._learn(tokens.tolist())
+        self._learn(tokens)
         depth, budget = (shape.length, shape.length) if shape.tree is None else (shape.tree[0], shape.tree[2])
-        found = self.match(tokens, depth)
+        recent_tree = shape.tree is not None and self.config.trees == "recent"
+        if recent_tree:
+            rows = self.continuations(tokens, depth, shape.tree[1])
+            found = (rows[0][0], [row.tolist() for _, row in rows]) if rows else None
+        else:
+            found = self.match(tokens, depth)
         if found is None or depth < 1 or budget < 1:
-            return Candidates([], [], [])
+            return Candidates([], [], [], tree=recent_tree)
         length, continuations = found
         key = (_match_class(length), self.last_full)
         hits, expected = self.counts.get(key, (0.0, 0.0))
@@ -401,36 +271,51 @@ class SuffixProposer:
             scores, shares = [rate ** (i + 1) for i in range(depth)], [1.0] * len(kept)
         else:
             trie = Trie(continuations)
-            kept = trie.best_path(depth) if shape.tree is None else trie.best_nodes(rate, *shape.tree)
+            if shape.tree is None:
+                kept = trie.best_path(depth)
+            else:  # recent: the nodes in the order the continuations made them, as prompt lookup merged them
+                kept = list(range(min(budget, len(trie.tokens)))) if recent_tree else trie.best_nodes(rate, *shape.tree)
             scores, shares = [trie.score(n, rate) for n in kept], [trie.share(n) for n in kept]
-        if self.config.adaptive and calibrated(self.verify_cost, budget):
+        if self.config.adaptive and calibrated(self.verify_cost, budget) and not recent_tree:
             kept = kept[: best_length(scores, self.verify_cost)]
         renumber = {node: i for i, node in enumerate(kept)}
         result = Candidates([trie.tokens[n] for n in kept], [renumber.get(trie.parents[n], -1) for n in kept],
-                            scores[: len(kept)])
+                            scores[: len(kept)], tree=recent_tree)
         main = [0] if kept else []  # the best path (each node's first, best-scoring child): where acceptance is learned
         while main and (child := next((i for i, p in enumerate(result.parents) if p == main[-1]), None)) is not None:
             main.append(child)
-        if main:
-            self.pending = (tokens.numel(), [result.tokens[i] for i in main], [shares[i] for i in main], key)
+        if main and not recent_tree:  # prompt lookup's trees teach nothing (a chain's rate is what they read)
+            self.remember_draft(tokens.numel(), [result.tokens[i] for i in main], note=([shares[i] for i in main], key))
         return result
 
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
         """A chain or, with `shape.tree`, a tree of suffix continuations (possibly empty: a plain step)."""
         return self.candidates(state, shape).draft()
 
-    def _learn(self, tokens: list[int]) -> None:
+    def _learn(self, tokens: torch.Tensor) -> None:
         """Score the previous draft's best path against the committed tokens: hits against expected hits."""
-        if self.pending is None:
+        settled = self.settle_last_draft(tokens)
+        if settled is None:
             return
-        at, path, shares, key = self.pending
-        self.pending = None
-        committed = tokens[at : at + len(path)]
-        hits = next((i for i, (a, b) in enumerate(zip(path, committed)) if a != b), len(committed))
+        hits, offered, path = settled
+        shares, key = path.note
         counts = self.counts.setdefault(key, [0.0, 0.0])
         counts[0] += hits
-        counts[1] += sum(shares[: min(len(path), hits + 1)])  # what the frequencies expected up to the first miss
-        self.last_full = hits == len(path)
+        counts[1] += sum(shares[:offered])  # what the frequencies expected up to the first miss
+        self.last_full = hits == len(path.tokens)
+
+
+def _newest_first(store: TokenStore, starts: np.ndarray, depth: int):
+    """(continuation of at most `depth` tokens, start) from `starts`: the whole ones from the most recent back, then
+    the shorter ones, longest first; lazily, as a search that stops early reads only the most recent."""
+    short = []
+    for start in np.sort(starts)[::-1].tolist():
+        row = store.continuation(start, depth)
+        if len(row) < depth:
+            short.append((row, start))
+        else:
+            yield row, start
+    yield from sorted(short, key=lambda pair: len(pair[0]), reverse=True)
 
 
 def load_proposer(config: Config | None = None, target=None) -> SuffixProposer:
