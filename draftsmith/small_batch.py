@@ -343,14 +343,12 @@ def rows_label(n: int) -> str:
 
 
 def proposer_modules(proposer, target) -> list[nn.Module]:
-    """The networks a proposer drafts with (an EAGLE drafter, an hf: draft model, a hybrid's drafter's), not the
-    target itself."""
+    """The networks a proposer drafts with (its `networks()`: an EAGLE drafter, an hf: draft model, a hybrid's
+    drafter's), each once, not the target itself."""
     found = []
-    for value in vars(proposer).values():
-        inner = proposer_modules(value, target) if hasattr(value, "propose") else []  # a proposer in a proposer
-        for module in [value if isinstance(value, nn.Module) else getattr(value, "model", None), *inner]:
-            if isinstance(module, nn.Module) and module is not target.model and all(module is not m for m in found):
-                found.append(module)
+    for module in proposer.networks():
+        if module is not target.model and all(module is not m for m in found):
+            found.append(module)
     return found
 
 

@@ -11,14 +11,14 @@ import torch
 from tiny import save_target, tiny_target
 
 from draftsmith.cli import main
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Sampling, eagle
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling, eagle
 from draftsmith.drafters.fallback import FIRST_PROBE, LAST_PROBE, RunningAcceptance
 from draftsmith.eval.decoder import plain_generate, speculative_generate
 
 COST = {1: 1.0, 2: 1.3, 3: 1.5, 4: 1.7, 5: 1.9}  # t(n)/t(1) of a CPU-like target: a wider pass costs more
 
 
-class Scripted:
+class Scripted(Proposer):
     """A chain proposer that drafts `token` repeated; its first call of a request takes `first_call_s` (a drafter
     reading the prompt in)."""
 

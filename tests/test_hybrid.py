@@ -10,8 +10,9 @@ from test_any_drafter import Recorder
 from test_eagle_decode import frozen, train_on_own_output
 from tiny import tiny_target
 
-from draftsmith.drafters import Draft, DraftShape, Sampling, eagle
-from draftsmith.drafters.hybrid import HybridProposer, accepted_depth, best_pass, merge, pass_cost
+from draftsmith.drafters import Draft, DraftShape, Proposer, Sampling, eagle
+from draftsmith.drafters.base import accepted_depth
+from draftsmith.drafters.hybrid import HybridProposer, best_pass, merge, pass_cost
 from draftsmith.drafters.suffix import Candidates, Config, SuffixProposer
 from draftsmith.eval import decoder
 from draftsmith.eval.decoder import plain_generate, speculative_generate
@@ -144,7 +145,7 @@ def test_hybrid_greedy_equals_plain_and_skips_the_drafter_on_some_passes(arch):
     assert hybrid.passes["merged"] > 0 and set(hybrid.passes) <= {"merged", "drafter"}
 
 
-class AlwaysWrong:
+class AlwaysWrong(Proposer):
     """A drafter whose every draft is a token the target never emits."""
 
     required_layers: list[int] = []
@@ -213,10 +214,10 @@ def test_each_missed_probe_doubles_the_passes_to_the_next_and_a_hit_resets_them(
     expected = [min(PROBE_EVERY * 2**i, PROBE_LIMIT) + 1 for i in range(len(gaps))]
     assert len(gaps) >= 4 and gaps == expected, (at, gaps)  # 17, 33, 65, 65, ...
 
-    hybrid.probe_after = PROBE_LIMIT
-    hybrid.pending = (3, [7, 9], [-1, 0], True)  # a probe whose first token the target then commits
+    hybrid.probes.wait = PROBE_LIMIT
+    hybrid.remember_draft(3, [7, 9], [-1, 0], note=True)  # a probe whose first token the target then commits
     hybrid._learn([1, 2, 3, 7, 5])
-    assert hybrid.probe_after == PROBE_EVERY
+    assert hybrid.probes.wait == PROBE_EVERY
 
 
 def test_on_the_real_target_the_hybrid_decodes_what_plain_decoding_does(smollm2):

@@ -29,49 +29,49 @@ from __future__ import annotations
 
 import time
 
-from draftsmith.cost import best_length, measure
+from draftsmith.cost import best_length
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
+from draftsmith.drafters.base import LearnsFromDrafts, ProbeBackoff
 
 START, PRIOR_WEIGHT, DECAY = 0.75, 2.0, 0.8
 FIRST_PROBE, LAST_PROBE = 4, 32
 
 
-class RunningAcceptance:
+class RunningAcceptance(LearnsFromDrafts, Proposer):
     """`inner`'s chain drafts, each of the length its running acceptance in this request pays for (module doc)."""
 
     def __init__(self, inner: Proposer, longest: int, verify_cost: dict[int, float] | None = None):
-        self.inner, self.longest, self.verify_cost = inner, longest, verify_cost
+        self.inner, self.longest_draft, self.verify_cost = inner, longest, verify_cost
         self.required_layers = inner.required_layers
         self.reset()
 
-    def __getattr__(self, name):  # everything else (verifier, confidence_cut, ...) is the wrapped drafter's
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+    @property
+    def verifier(self):
+        return self.inner.verifier
+
+    @property
+    def assistant_model(self):
+        return self.inner.assistant_model
+
+    def networks(self) -> list:
+        return self.inner.networks()
 
     def reset(self) -> None:
         self.inner.reset()
-        self.accepted, self.reached = [0.0] * self.longest, [0.0] * self.longest
-        self.prior = [PRIOR_WEIGHT] * self.longest  # w_i of the module doc
+        self.accepted, self.reached = [0.0] * self.longest_draft, [0.0] * self.longest_draft
+        self.prior = [PRIOR_WEIGHT] * self.longest_draft  # w_i of the module doc
         self.draft_seconds, self.drafted, self.calls = 0.0, 0, 0
-        self.previous: tuple[list[int], int] | None = None  # (last draft's tokens, committed length when drafted)
-        self.plain_steps, self.probe_after = 0, FIRST_PROBE
-
-    def calibrate(self, target, longest: int | None = None) -> dict[int, float]:
-        """Measure the target's verify-cost curve t(n), n = 1 .. longest + 1 (seconds)."""
-        self.verify_cost = measure(target, longest or self.longest)
-        return self.verify_cost
+        self.last_draft = None
+        self.probes = ProbeBackoff(FIRST_PROBE, LAST_PROBE)
 
     def describe(self) -> dict:
         return {**self.inner.describe(), "fallback": "running acceptance (draftsmith.drafters.fallback)"}
 
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
         self._count(state.tokens[0].tolist())
-        length = self.length(min(shape.length, self.longest))
+        length = self.length(min(shape.length, self.longest_draft))
         if length == 0:
-            self.plain_steps += 1
-            if self.plain_steps <= self.probe_after:
-                self.previous = None
+            if self.probes.skip():
                 return Draft(state.tokens[0, :0])
             length = 1  # a probe: has the text turned predictable?
         began = time.perf_counter()
@@ -80,7 +80,7 @@ class RunningAcceptance:
             self.draft_seconds += time.perf_counter() - began
             self.drafted += len(draft)
         self.calls += 1
-        self.previous = (draft.tokens.tolist(), state.tokens.shape[1])
+        self.remember_draft(state.tokens.shape[1], draft.tokens.tolist())
         return draft
 
     def length(self, longest: int) -> int:
@@ -98,17 +98,14 @@ class RunningAcceptance:
 
     def _count(self, committed: list[int]) -> None:
         """Count how much of the previous draft the target accepted, read off the tokens committed since."""
-        if self.previous is None:
+        settled = self.settle_last_draft(committed)
+        if settled is None:
             return
-        draft, start = self.previous
-        after = committed[start:]
-        accepted = next((i for i, (a, b) in enumerate(zip(draft, after)) if a != b), min(len(draft), len(after)))
-        for i in range(min(len(draft), accepted + 1)):  # positions looked at, up to the first rejection
+        accepted, offered, _ = settled
+        for i in range(offered):  # positions looked at, up to the first rejection
             self.reached[i] = DECAY * self.reached[i] + 1
             self.accepted[i] = DECAY * self.accepted[i] + (i < accepted)
             self.prior[i] *= DECAY
-        if self.plain_steps:  # a probe: back to drafting when accepted, else wait twice as long for the next
-            self.probe_after = FIRST_PROBE if accepted else min(2 * self.probe_after, LAST_PROBE)
-            self.plain_steps = 0
-        self.previous = None
-
+        if self.probes.skipped:  # a probe: back to drafting when accepted, else wait twice as long for the next
+            self.probes.probed(accepted > 0)
+            self.probes.ran()

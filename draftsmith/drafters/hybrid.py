@@ -58,6 +58,7 @@ import torch
 
 from draftsmith.cost import verify_cost_curve
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
+from draftsmith.drafters.base import LearnsFromDrafts, ProbeBackoff
 from draftsmith.drafters.suffix import Candidates, SuffixProposer
 from draftsmith.small_batch import MAX_ROWS
 
@@ -134,19 +135,7 @@ def _parents_of(draft: Draft) -> list[int]:
     return list(range(-1, len(draft) - 1)) if draft.parents is None else draft.parents.tolist()
 
 
-def accepted_depth(tokens: list[int], parents: list[int], committed: list[int]) -> tuple[int, int]:
-    """(depth of the draft's deepest node on the committed path, depths offered: one more where that node has
-    children). `committed`: the tokens committed after the draft's root."""
-    node, depth = -1, 0
-    for token in committed:
-        child = next((i for i, p in enumerate(parents) if p == node and tokens[i] == token), None)
-        if child is None:
-            break
-        node, depth = child, depth + 1
-    return depth, depth + int(any(p == node for p in parents))
-
-
-class HybridProposer:
+class HybridProposer(LearnsFromDrafts, Proposer):
     """Suffix candidates merged with `drafter`'s draft in one tree; the drafter is skipped where it does not pay.
 
     `verify_cost`: t(n) in seconds (`calibrate` measures it); it is shared with the suffix proposer.
@@ -161,7 +150,7 @@ class HybridProposer:
             raise ValueError(f"drafter_length must be at least 1, got {drafter_length}.")
         self.suffix, self.drafter, self.drafter_length, self.timed = suffix, drafter, drafter_length, timed
         self.required_layers = list(drafter.required_layers)
-        self.verifier = getattr(drafter, "verifier", None)  # Medusa-2: its tuned target verifies
+        self.verifier = drafter.verifier  # Medusa-2: its tuned target verifies
         self.verify_cost = verify_cost
         if verify_cost is not None:
             suffix.verify_cost = verify_cost
@@ -177,19 +166,19 @@ class HybridProposer:
         """Start a new request (the suffix proposer remembers the last one's output); measurements are kept."""
         self.suffix.reset()
         self.drafter.reset()
-        self.pending: tuple[int, list[int], list[int], bool] | None = None  # (at, tokens, parents, a probe)
+        self.last_draft = None  # the drafter's last draft, noted with whether it was a probe
         self.warm = False  # a request's first draft also runs the drafter over the prompt: not a typical cost
         self.request_by_depth: list[list[int]] = []  # this request's drafts: per depth [accepted, offered]
-        self.skipped = 0  # passes in a row this request has skipped the drafter
-        self.probe_after = PROBE_EVERY  # skipped passes before the next probe: doubles after each missed probe
+        self.probes = ProbeBackoff(PROBE_EVERY, PROBE_LIMIT)  # passes this request has skipped the drafter in a row
         self.sent: tuple[int, float] | None = None  # (tokens in the pass, when its draft was handed over)
 
-    def calibrate(self, target, longest: int) -> dict[int, float]:
+    def calibrate(self, target, longest: int | None = None) -> dict[int, float]:
         """Measure the verify cost of a pass with both sources at full size (longest + 1 + the drafter's
         `drafter_length`, else `longest`) and of every size below it up to longest + 1 or the few-row products'
         last tuned row count + 1, whichever is larger (between those and the top: linear), in seconds, each the
         median of CALIBRATION_REPEATS passes. Where a CPU routes some row counts to a faster product
         (`small_batch`) the curve has a step where they end, which a line would hide."""
+        longest = longest or self.longest_draft
         top = longest + (self.drafter_length or longest) + 1
         sizes = [*range(1, min(top, max(longest + 1, MAX_ROWS + 1)) + 1), top]
         context = torch.randint(0, target.vocab_size, (1, max(256, 2 * sizes[-1])),
@@ -210,6 +199,9 @@ class HybridProposer:
                                        for n, seconds in sorted((self.verify_cost or {}).items())},
                 "pass_ms_timed": {n: round(1e3 * fmean(times), 3) for n, times in sorted(self.pass_seconds.items())},
                 "pass_scale": self._scale()}
+
+    def networks(self) -> list:
+        return self.drafter.networks()
 
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
         """Suffix candidates, the drafter's draft, or both merged into one tree; the previous pass is timed."""
@@ -249,14 +241,13 @@ class HybridProposer:
         found = self.suffix.candidates(state, shape)
         own = self.drafter_shape(shape)
         plan = self._plan(found, own, cost)
-        if plan is None and self.skipped < self.probe_after:
-            self.skipped += 1
+        if plan is None and self.probes.skip():
             self.passes["suffix" if found.tokens else "plain"] += 1
             return found.draft()
         if plan is not None:  # else a probe: the drafter's whole draft beside every suffix node
             kept, own = plan
             found = Candidates(found.tokens[:kept], found.parents[:kept], found.scores[:kept])
-        self.skipped = 0
+        self.probes.ran()
         start = time.perf_counter()
         draft = self.drafter.propose(state, own, sampling)
         if self.warm:
@@ -266,7 +257,8 @@ class HybridProposer:
         self.warm = True
         self.draft_sizes.append(len(draft))
         if len(draft):
-            self.pending = (len(committed), draft.tokens.tolist(), _parents_of(draft), plan is None)
+            parents = None if draft.parents is None else draft.parents.tolist()
+            self.remember_draft(len(committed), draft.tokens.tolist(), parents, note=plan is None)
         if not found.tokens:  # the drafter's own draft, with its q when it sampled
             self.passes["drafter"] += 1
             return draft
@@ -318,13 +310,12 @@ class HybridProposer:
     def _learn(self, committed: list[int]) -> None:
         """Per-depth acceptance of the drafter's previous draft, read off the committed tokens; under greedy
         decoding exactly what the drafter alone would have had accepted."""
-        if self.pending is None:
+        settled = self.settle_last_draft(committed)
+        if settled is None:
             return
-        at, tokens, parents, probe = self.pending
-        self.pending = None
-        accepted, offered = accepted_depth(tokens, parents, committed[at:])
-        if probe:
-            self.probe_after = PROBE_EVERY if accepted else min(2 * self.probe_after, PROBE_LIMIT)
+        accepted, offered, draft = settled
+        if draft.note:  # a probe
+            self.probes.probed(accepted > 0)
         for counts in (self.by_depth, self.request_by_depth):
             while len(counts) < offered:
                 counts.append([0, 0])

@@ -105,17 +105,17 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
 
     proposer = readers.load_proposer(drafter_folder(spec), target)
     if confidence_cut is not None:
-        if not getattr(proposer, "can_cut", False):
+        if not proposer.can_cut:
             raise DraftsmithError(f"--confidence-cut: this {kind} drafter has no confidences to cut its drafts by "
                                   "(DSpark, Medusa, EAGLE and MTP drafters do).")
         proposer.confidence_cut = confidence_cut
-    if getattr(proposer, "wants_verify_cost", False):  # a confidence cut reads the verify-cost curve
+    if proposer.wants_verify_cost:  # a confidence cut reads the verify-cost curve
         _calibrate(proposer, target, kind, max(draft_length or 0, proposer.longest_draft))
     if fallback:
         from draftsmith.drafters.fallback import RunningAcceptance
 
         proposer = RunningAcceptance(proposer, draft_length or 4)
-        _calibrate(proposer, target, f"{kind} fallback", proposer.longest)
+        _calibrate(proposer, target, f"{kind} fallback", proposer.longest_draft)
     return proposer
 
 
@@ -133,7 +133,7 @@ def evaluate(
     max_new_tokens: int = 64, seed: int = 0, progress: bool = False,
 ) -> dict:
     """Speculative decoding of token-id prompts; τ, per-position acceptance, histogram, tokens/s."""
-    target = getattr(proposer, "verifier", None) or target  # Medusa-2: its tuned target verifies
+    target = proposer.verifier or target  # Medusa-2: its tuned target verifies
     generations = []
     for index, ids in enumerate(_progress(prompts, progress, "evaluate")):
         prompt = torch.tensor([ids], dtype=torch.long)
@@ -153,7 +153,7 @@ def compare(
 
     A proposer with a `verifier` (Medusa-2's tuned target) is verified by it, and every baseline runs on it too;
     plain decoding of the original `target` runs as well, for the drift figure (`tuned_target`)."""
-    original, target = target, getattr(proposer, "verifier", None) or target
+    original, target = target, proposer.verifier or target
     eos = eos_ids(target)
     assisted = assisted_model(proposer, shape) if transformers_baseline else None
     _warm_up(target, proposer, shape, sampling, eos, transformers_baseline, assisted)
@@ -297,7 +297,7 @@ def _warm_up(target, proposer, shape, sampling, eos, transformers_baseline: bool
 def assisted_model(proposer, shape: DraftShape):
     """The proposer's draft model as `generate(assistant_model=...)` takes it, drafting `shape.length` tokens a
     step like our chains (constant schedule, no early stop on confidence), or None for other drafters."""
-    model = getattr(proposer, "assistant_model", None)
+    model = proposer.assistant_model
     if model is None:
         return None
     config = model.generation_config
