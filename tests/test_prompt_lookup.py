@@ -102,7 +102,8 @@ def test_the_preset_drafts_prompt_lookups_chains():
     generator = torch.Generator().manual_seed(0)
     for cost in (None, CPU_LIKE):
         lookup = PromptLookup(verify_cost=cost)
-        tokens, lengths, counts, last_full, pending = torch.randint(0, 4, (3,), generator=generator), set(), {}, False, None
+        tokens = torch.randint(0, 4, (3,), generator=generator)
+        lengths, counts, last_full, pending = set(), {}, False, None
         while tokens.numel() < 300:
             if pending is not None:  # what the brute force learns from its previous draft
                 at, draft, key = pending

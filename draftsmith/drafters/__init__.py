@@ -238,6 +238,26 @@ def check_target(trained_for: dict, recorded: dict | None, target, what: str) ->
                               "tokens; use the target it was trained for.")
 
 
+class ReadsTarget:
+    """A trained drafter that reads frozen parts of its target (embedding, final norm, lm_head), never stored and
+    never its submodules, once `attach`ed: the kind says which facts it was trained for (`trained_for`, read from a
+    target by the same names) and how messages name it (`named`)."""
+
+    named = "This drafter"
+    target = None
+
+    def trained_for(self) -> dict:
+        """The target's facts this drafter was trained for (hidden_size, vocab_size, num_layers, ...)."""
+        raise NotImplementedError
+
+    def attach(self, target):
+        """Read `target`'s frozen parts from now on, after checking that it is the target this drafter was made for:
+        the same sizes, and the same tokenizer where the drafter records one."""
+        check_target(self.trained_for(), self.target_info.get("target_fingerprint"), target, self.named)
+        self.target = target
+        return self
+
+
 def load_attached(drafter_class, folder, target):
     """`drafter_class.from_pretrained(folder, target)` on the target's device and dtype (bf16 targets draft in
     bf16 too); errors name the folder."""

@@ -42,7 +42,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, Qwen3RotaryEm
 
 from draftsmith.config import build
 from draftsmith.data.vocab import checked_draft_vocab
-from draftsmith.drafters import check_target, load_attached, read_folder, save_folder, soft_labels, target_info
+from draftsmith.drafters import ReadsTarget, load_attached, read_folder, save_folder, soft_labels, target_info
 from draftsmith.drafters.dflash_layers import BlockLayout, Layer, block_attention_mask, flex_block_mask
 from draftsmith.drafters.base import DraftRows
 from draftsmith.drafters.losses import LossOptions, distribution_loss
@@ -137,8 +137,10 @@ def default_layer_ids(num_layers: int, count: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------- the model
-class Drafter(nn.Module):
+class Drafter(ReadsTarget, nn.Module):
     """DFlash draft layers on the frozen target; `forward(batch, target_head)` is the training loss."""
+
+    named = "This DFlash drafter"
 
     def __init__(self, config: Config, layer_config: dict, sizes: dict, layer_ids: list[int], mask_token_id: int):
         super().__init__()
@@ -173,14 +175,10 @@ class Drafter(nn.Module):
         """The context layers plus the last layer (the soft labels come from the target's own distribution)."""
         return sorted(set(self.layer_ids) | {self.sizes["num_target_layers"] - 1})
 
-    def attach(self, target) -> Drafter:
-        """Read the target's frozen embedding and lm_head from now on (after checking it fits)."""
+    def trained_for(self) -> dict:
+        """The target's sizes this drafter was made for (it reads the target's frozen embedding and lm_head)."""
         s = self.sizes
-        check_target({"hidden_size": s["hidden_size"], "vocab_size": s["vocab_size"],
-                      "num_layers": s["num_target_layers"]}, self.target_info.get("target_fingerprint"), target,
-                     "This DFlash drafter")
-        self.target = target
-        return self
+        return {"hidden_size": s["hidden_size"], "vocab_size": s["vocab_size"], "num_layers": s["num_target_layers"]}
 
     def _target(self):
         if self.target is None:

@@ -36,7 +36,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEm
 from draftsmith.config import build
 from draftsmith.data.vocab import checked_draft_vocab
 from draftsmith.drafters import (
-    check_target, load_attached, predicting_positions, read_folder, save_folder, soft_labels, stored_soft_labels,
+    ReadsTarget, load_attached, predicting_positions, read_folder, save_folder, soft_labels, stored_soft_labels,
     target_info,
 )
 from draftsmith.drafters.base import DraftRows
@@ -116,8 +116,10 @@ class Config(LossOptions):
 
 
 # --------------------------------------------------------------------------- the model
-class Drafter(nn.Module):
+class Drafter(ReadsTarget, nn.Module):
     """EAGLE-3 / P-EAGLE / EAGLE-1 drafter. `forward(batch, target_head)` is the training loss (so DDP wraps it)."""
+
+    named = "This EAGLE drafter"
 
     def __init__(self, config: Config, layer_config: LlamaConfig):
         super().__init__()
@@ -152,15 +154,10 @@ class Drafter(nn.Module):
         """What capture must record: the input layers plus the last layer (the training target)."""
         return list(dict.fromkeys([*self.config.layers, self.last_layer]))
 
-    def attach(self, target) -> Drafter:
-        """Read the frozen embedding from `target` from now on, after checking that it is the target this
-        drafter was made for: same sizes, and the same tokenizer where the drafter records one."""
+    def trained_for(self) -> dict:
+        """The target's sizes this drafter was made for (it reads the target's frozen embedding)."""
         lc = self.layer_config
-        check_target({"hidden_size": lc.target_hidden_size, "vocab_size": lc.vocab_size,
-                      "num_layers": lc.target_num_layers}, self.target_info.get("target_fingerprint"), target,
-                     "This EAGLE drafter")
-        self.target = target
-        return self
+        return {"hidden_size": lc.target_hidden_size, "vocab_size": lc.vocab_size, "num_layers": lc.target_num_layers}
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """The target's (frozen) embedding of `ids`."""

@@ -34,7 +34,7 @@ from torch import nn
 
 from draftsmith.config import build
 from draftsmith.drafters import (
-    check_target, load_attached, predicting_positions, read_folder, save_folder, soft_labels, target_info,
+    ReadsTarget, load_attached, predicting_positions, read_folder, save_folder, soft_labels, target_info,
 )
 from draftsmith.drafters.base import DraftRows
 from draftsmith.drafters.losses import LossOptions, distribution_loss
@@ -104,8 +104,10 @@ class ResBlock(nn.Module):
         return x + nn.functional.silu(self.linear(x))
 
 
-class Drafter(nn.Module):
+class Drafter(ReadsTarget, nn.Module):
     """Medusa heads (plus, for Medusa-2, the LoRA-tuned target copy); `forward(batch, target_head)` is the loss."""
+
+    named = "These Medusa heads"
 
     def __init__(self, config: Config, hidden_size: int, vocab_size: int, num_target_layers: int, base_model=None,
                  draft_vocab_size: int | None = None):
@@ -137,14 +139,10 @@ class Drafter(nn.Module):
         """The target's last layer: the heads' input (after its final norm) and the soft labels."""
         return [self.last_layer]
 
-    def attach(self, target) -> Drafter:
-        """Read the target's frozen final norm from now on, after checking that the sizes and tokenizer fit."""
+    def trained_for(self) -> dict:
+        """The target's sizes these heads were made for (they read the target's frozen final norm)."""
         s = self.sizes
-        check_target({"hidden_size": s["hidden_size"], "vocab_size": s["vocab_size"],
-                      "num_layers": s["num_target_layers"]}, self.target_info.get("target_fingerprint"), target,
-                     "These Medusa heads")
-        self.target = target
-        return self
+        return {"hidden_size": s["hidden_size"], "vocab_size": s["vocab_size"], "num_layers": s["num_target_layers"]}
 
     @property
     def rows(self) -> DraftRows:

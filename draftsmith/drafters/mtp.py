@@ -24,7 +24,7 @@ from torch import nn
 from transformers import AutoConfig
 
 from draftsmith.config import build
-from draftsmith.drafters import check_target, load_attached, read_folder, save_folder, target_info
+from draftsmith.drafters import ReadsTarget, load_attached, read_folder, save_folder, target_info
 from draftsmith.drafters.losses import LossOptions, distribution_loss
 from draftsmith.drafters.mtp_proposer import MTPProposer
 from draftsmith.errors import DraftsmithError
@@ -99,8 +99,10 @@ class Module(nn.Module):
         return out[0] if isinstance(out, tuple) else out
 
 
-class Drafter(nn.Module):
+class Drafter(ReadsTarget, nn.Module):
     """D sequential MTP modules on the frozen target; `forward(batch, target_head)` is the training loss."""
+
+    named = "This MTP drafter"
 
     def __init__(self, config: Config, target_config: dict):
         super().__init__()
@@ -119,14 +121,10 @@ class Drafter(nn.Module):
         """The target's last layer: h^0 and the soft labels both come from it."""
         return [self.last_layer]
 
-    def attach(self, target) -> Drafter:
-        """Read the target's frozen embedding, final norm and lm_head from now on (after checking it fits)."""
+    def trained_for(self) -> dict:
+        """The target this drafter was made for (it reads the target's frozen embedding, final norm and lm_head)."""
         tc = self.target_config
-        check_target({"hidden_size": tc["hidden_size"], "num_layers": tc["num_hidden_layers"],
-                      "model_type": tc["model_type"]}, self.target_info.get("target_fingerprint"), target,
-                     "This MTP drafter")
-        self.target = target
-        return self
+        return {"hidden_size": tc["hidden_size"], "num_layers": tc["num_hidden_layers"], "model_type": tc["model_type"]}
 
     def module(self, step: int) -> Module:
         """The module of 1-based step `step` (the one shared module when `shared`)."""

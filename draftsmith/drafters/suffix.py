@@ -69,9 +69,9 @@ class Config:
             raise DraftsmithError(f"suffix drafting needs 1 <= min_match <= max_match, got {self.min_match}, "
                                   f"{self.max_match}.")
         if {self.choose, self.trees} - {"frequency", "recent"} or self.max_occurrences < 1 or self.cache_tokens < 0:
-            raise DraftsmithError("suffix drafting needs choose and trees 'frequency' or 'recent', max_occurrences >= 1 "
-                                  f"and cache_tokens >= 0; got {self.choose!r}, {self.trees!r}, {self.max_occurrences}, "
-                                  f"{self.cache_tokens}.")
+            raise DraftsmithError("suffix drafting needs choose and trees 'frequency' or 'recent', max_occurrences "
+                                  f">= 1 and cache_tokens >= 0; got {self.choose!r}, {self.trees!r}, "
+                                  f"{self.max_occurrences}, {self.cache_tokens}.")
         if self.cache_file and not self.cache_tokens:
             raise DraftsmithError("suffix drafting: cache_file needs a cross-request cache (cache_tokens > 0).")
 
