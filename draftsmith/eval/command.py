@@ -101,6 +101,16 @@ class EvalConfig:
     chat_template: str | None = None
     """chat template for the prompts, a Jinja string or a file holding one (null = the target's own; a base model
     without one gets the raw prompt with its tokenizer's BOS); use the one the drafter was trained with"""
+    engine: str | None = None
+    """'vllm': also decode the prompts in vLLM's CPU build (`make engine`'s .venv-engine, run as a subprocess): plainly,
+    with the drafter (exported into the layout vLLM loads), and with vLLM's ngram and suffix methods; engine.md and
+    engine.json put identity to vLLM's plain output, per-position acceptance from its counters, tokens/s, TTFT and
+    TPOT beside ours (docs/evaluation.md). Our chains are then drafted at the full --draft-length, as vLLM's are (no
+    fallback, confidence cut or adaptive lookup)"""
+    engine_methods: str = "plain,drafter,ngram,suffix"
+    """with --engine: vLLM's decodings to run, comma-separated (plain always runs: identity is checked against it)"""
+    engine_eager: bool = False
+    """with --engine: run vLLM without torch.compile (loads in seconds, not minutes; decodes slower)"""
 
     def validate(self) -> None:
         """Range checks that argparse cannot do."""
@@ -234,6 +244,11 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
     from draftsmith.eval.traces import parse_lengths
     from draftsmith.target import load_target, resolve_device
 
+    if config.engine:  # vLLM drafts full chains: ours too, for per-position acceptance that compares
+        from draftsmith.eval.engine import engine_python, fixed_chains
+
+        config = fixed_chains(config)
+        engine_python()  # a missing engine venv fails now, not after our decoding
     check_arguments(config)  # every argument, before the target loads and the linear layers are tuned
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -272,6 +287,10 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
         for module in [target.model, *drafting]:  # a caller's target is left as it came
             small_batch.remove(module)
     paths = write_report(results, config.out)
+    if config.engine:
+        from draftsmith.eval.engine import compare_in_engine
+
+        results["engine"] = compare_in_engine(config, target, prompts, runs)
 
     def fmt(value, suffix=""):
         return "n/a" if value is None else f"{value:.2f}{suffix}"
