@@ -47,12 +47,22 @@ def difference(after: dict, before: dict) -> dict:
 
 
 def refusing_file(error: BaseException) -> str | None:
-    """The innermost frame of the traceback that is vLLM's own code, as 'vllm/<path>:<line>'."""
-    found = None
+    """Where vLLM refused, as 'vllm/<path>:<line>': the source line that words a config validator's message (pydantic
+    keeps a validator's text, not its traceback), else the innermost frame of the traceback in vLLM's own code."""
+    marker, found = "/site-packages/vllm/", None
     for frame in traceback.extract_tb(error.__traceback__):
-        marker = "/site-packages/vllm/"
         if marker in frame.filename:
             found = f"vllm/{frame.filename.split(marker, 1)[1]}:{frame.lineno}"
+    message = str(error)
+    if "Value error, " in message:
+        import vllm
+
+        probe = message.split("Value error, ", 1)[1].split(" [type=")[0].split(":")[0].strip()  # an f-string's constant head
+        root = Path(vllm.__file__).parent
+        for path in sorted(root.rglob("*.py")) if probe else []:
+            for number, line in enumerate(path.read_text(errors="ignore").splitlines(), start=1):
+                if probe in line:
+                    return f"vllm/{path.relative_to(root)}:{number}"
     return found
 
 
