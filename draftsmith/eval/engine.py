@@ -130,7 +130,9 @@ def served_drafter(spec: str, workdir: Path, draft_length: int) -> tuple[dict | 
     kind = drafter_kind(spec)
     if kind in ("prompt-lookup", "suffix", "hybrid"):
         return None, f"{kind}: draftsmith's own drafting; vLLM's ngram and suffix methods are its counterparts"
-    folder = Path(spec[3:]) if kind == "hf" else drafter_folder(spec)
+    if kind == "hf" and not Path(spec[3:]).expanduser().is_dir():  # a hub id: vLLM resolves it itself
+        return {"method": "draft_model", "model": spec[3:], "num_speculative_tokens": draft_length}, spec
+    folder = Path(spec[3:]).expanduser() if kind == "hf" else drafter_folder(spec)
     expected = readers.expectations(folder)
     what = f"{folder}"
     if expected.layout == "draftsmith":

@@ -170,7 +170,7 @@ def render(report: dict) -> str:
         lines += ["## Not served by this vLLM build", ""]
         if report["drafter"]["speculative_config"] is None:
             lines.append(f"- drafter: {report['drafter']['served']}")
-        lines += [f"- {name}: `{e.get('refused_by')}`: {e.get('error')}" for name, e in refused.items()]
+        lines += [f"- {name}: `{e.get('refused_by')}`: {' '.join(str(e.get('error')).split())}" for name, e in refused.items()]
         lines.append("")
     lines += ["## Definitions", "", *[f"- {key}: {text}" for key, text in report["definitions"].items()], ""]
     return "\n".join(lines)
