@@ -19,17 +19,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
 
-pytestmark = [pytest.mark.engine, pytest.mark.skipif(
-    not ENGINE_PYTHON.is_file() and not os.environ.get("CI"), reason="needs vLLM's venv: `make engine`")]
-
 PROMPTS, NEW_TOKENS = 6, 32
 
 
 @pytest.fixture(scope="module")
 def engine(smollm2):
-    """The engine venv (CI must have it) and the built-in target's folder that vLLM reads."""
+    """The engine venv (skipped without it; CI must have it) and the built-in target's folder that vLLM reads."""
     if not ENGINE_PYTHON.is_file():
-        pytest.fail("CI run without .venv-engine: `make engine` makes it (.ci/run runs it before the tests).")
+        if os.environ.get("CI"):
+            pytest.fail("CI run without .venv-engine: `make engine` makes it (.ci/run runs it before the tests).")
+        pytest.skip("needs vLLM's venv: `make engine`")
     from draftsmith.eval.engine import target_folder
 
     return target_folder("smollm2-135m-instruct")
@@ -70,6 +69,7 @@ def assert_served_as_we_measure(report: dict, method: str) -> None:
     assert report["parity"]["counts_equal"]
 
 
+@pytest.mark.engine
 def test_vllm_serves_a_trained_eagle3_export_with_our_acceptance(engine, smollm2, prepared, tmp_path):
     """The shipped EAGLE-3 recipe, 20 steps online on the prepared rows, its best/ exported as speculators by the
     engine eval: vLLM's outputs equal its plain ones and its counters equal ours, position by position."""
@@ -94,6 +94,7 @@ def test_vllm_serves_a_trained_eagle3_export_with_our_acceptance(engine, smollm2
     assert (tmp_path / "eval" / "engine.md").is_file()
 
 
+@pytest.mark.engine
 def test_vllm_loads_medusa_heads_over_a_draft_vocabulary(engine, smollm2, prepared, tmp_path):
     """Medusa heads over the prepared 1024-token draft vocabulary (started from the target's lm_head rows): the
     medusa export vLLM 0.32 refused at load (heads of 1024 rows) loads, drafts what ours drafts, and is lossless."""
@@ -104,3 +105,47 @@ def test_vllm_loads_medusa_heads_over_a_draft_vocabulary(engine, smollm2, prepar
     medusa.create(medusa.Config(num_heads=2), smollm2, vocab).save_pretrained(tmp_path / "medusa")
     report = engine_eval(smollm2, tmp_path / "medusa", tmp_path / "eval", draft_length=2)
     assert_served_as_we_measure(report, "medusa")
+
+
+# --------------------------------------------------------------------------- without the engine: the bookkeeping
+def test_the_engines_counters_read_as_our_per_position_counts():
+    """vLLM counts a_i = drafts that accepted positions 1..i; a_{i-1} drafts reached position i (a_0 = drafts): the
+    same reached/accepted counts our decoder's cycles give for the same accept lengths."""
+    from draftsmith.eval.decoder import Cycle, Generation
+    from draftsmith.eval.engine_report import engine_positions, our_positions, parity
+
+    accepts = [[0, 2, 1, 3], [3, 0, 0]]  # chains of 3: accepted tokens per verify pass, two requests
+    ours = our_positions([Generation([], None, 1.0, [Cycle(3, min(3, a + 1), a, a + 1, 0.0, 0.0) for a in passes])
+                          for passes in accepts], 3)
+    outputs = [{"counters": {"drafts": len(passes), "accepted_per_position": [sum(a >= i for a in passes)
+                                                                               for i in (1, 2, 3)]}}
+               for passes in accepts]
+    engine = engine_positions(outputs)
+    assert (ours["reached"], ours["accepted"]) == (engine["reached"], engine["accepted"]) == ([7, 4, 3], [4, 3, 2])
+    assert engine["acceptance_per_position"] == [4 / 7, 3 / 4, 2 / 3]
+    assert ours["acceptance_length"] == engine["acceptance_length"] == 1 + 9 / 7
+    assert parity(ours, engine) == {"counts_equal": True, "max_abs_difference": 0.0, "positions": 3}
+
+
+def test_the_engine_comparison_drafts_full_chains_and_refuses_what_vllm_does_not(tmp_path):
+    """Our side drafts as vLLM does (no fallback, confidence cut or adaptive lookup); trees and fallback are refused;
+    the engine gets every core of this process and vLLM's preloads."""
+    from draftsmith.errors import DraftsmithError
+    from draftsmith.eval.command import EvalConfig
+    from draftsmith.eval.engine import engine_environment, fixed_chains
+
+    config = EvalConfig(target="smollm2-135m-instruct", drafter="prompt-lookup", out=str(tmp_path), engine="vllm")
+    fixed = fixed_chains(config)
+    assert (fixed.fallback, fixed.adaptive_lookup, fixed.confidence_cut) == (False, False, None)
+    for changes, match in [({"tree": "3,2,6"}, "drafts chains"), ({"fallback": True}, "full chains"),
+                           ({"engine": "sglang"}, "the engines are vllm"),
+                           ({"engine_methods": "plain,eagle"}, "unknown eagle")]:
+        with pytest.raises(DraftsmithError, match=match):
+            fixed_chains(EvalConfig(**{**config.__dict__, **changes}))
+    python = tmp_path / "venv" / "bin" / "python"
+    (tmp_path / "venv" / "lib").mkdir(parents=True)
+    (tmp_path / "venv" / "lib" / "libiomp5.so").touch()
+    environment = engine_environment(python)
+    assert environment["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
+    assert str(tmp_path / "venv" / "lib" / "libiomp5.so") in environment["LD_PRELOAD"].split(":")
+    assert environment["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
