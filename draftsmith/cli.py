@@ -13,6 +13,7 @@ import json
 import os
 import sys
 
+from draftsmith.config import add_command
 from draftsmith.errors import DraftsmithError, quiet_libraries
 
 # subcommand -> module that defines register(subparsers) and run(args)
@@ -31,9 +32,9 @@ COMMANDS = {
 # --------------------------------------------------------------------------- info
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `info` subcommand."""
-    parser = subparsers.add_parser(
-        "info",
-        help="Describe a target model (layers, sizes, default EAGLE-3 layers) or a drafter folder in any layout.",
+    parser = add_command(
+        subparsers, "info",
+        summary="Describe a target model (layers, sizes, default EAGLE-3 layers) or a drafter folder in any layout.",
         description="Load a target (hub id, local folder, .gguf file, or built-in alias such as "
         "smollm2-135m-instruct) and print what drafters need to know about it. Given a drafter folder (draftsmith's "
         "own or any layout `draftsmith export` writes), print its kind, layout, the target it expects and its size, "

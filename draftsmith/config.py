@@ -297,6 +297,16 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, positional: tuple[
                                 metavar=f.name.upper(), help=help_text)
 
 
+def add_command(subparsers: argparse._SubParsersAction, name: str, config: type | None = None, *, summary: str,
+                description: str | None = None, **options: Any) -> argparse.ArgumentParser:
+    """A subcommand's parser: `summary` is its line in the parent's --help, `description` opens its own; with
+    `config`, one flag per field of that dataclass (`add_arguments`). `options` go to argparse's add_parser."""
+    parser = subparsers.add_parser(name, help=summary, description=description, **options)
+    if config is not None:
+        add_arguments(parser, config)
+    return parser
+
+
 def from_flags(cls: type[T], namespace: argparse.Namespace, overrides: list[str] = (),
                recipe: str | Path | None = None) -> T:
     """Build `cls` from parsed flags (strings parsed as YAML scalars), a recipe and overrides."""

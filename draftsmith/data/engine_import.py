@@ -354,16 +354,15 @@ def _target_facts(target, fingerprint: dict | None, num_layers: int | None) -> S
 # --------------------------------------------------------------------------- command line
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `import-features`."""
-    from draftsmith.config import add_arguments
+    from draftsmith.config import add_command
 
-    parser = subparsers.add_parser(
-        "import-features",
-        help="Hidden states extracted by vLLM (speculators generate-offline-data) -> a capture folder (resumable).",
+    add_command(
+        subparsers, "import-features", ImportConfig,
+        summary="Hidden states extracted by vLLM (speculators generate-offline-data) -> a capture folder (resumable).",
         description="Read the prepared data and hs_<row>.safetensors files of speculators' vLLM data generation "
         "and write them as a draftsmith capture (shards + manifest.json) that training reads like the output "
         "of `draftsmith capture`. Rerun the same command after an interruption to finish.",
     )
-    add_arguments(parser, ImportConfig)
 
 
 def run(args: argparse.Namespace) -> int:

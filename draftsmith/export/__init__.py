@@ -32,6 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from draftsmith.config import add_command
 from draftsmith.errors import DraftsmithError
 from draftsmith.files import replace_folder
 
@@ -122,9 +123,9 @@ def export_with_card(checkpoint: str | Path, fmt: str, out: str | Path, *, force
 # --------------------------------------------------------------------------- command line
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `export` subcommand."""
-    parser = subparsers.add_parser(
-        "export",
-        help="Write a trained drafter as a vLLM (speculators), SGLang or plain transformers folder with a model card.",
+    parser = add_command(
+        subparsers, "export",
+        summary="Write a trained drafter as a vLLM (speculators), SGLang or plain transformers folder with a model card.",
         description="Convert a drafter checkpoint into the folder layout a serving engine loads, validate it "
         "field by field, check the round trip, write a model card with measured results, and optionally push it "
         "to the Hugging Face Hub. EAGLE-3 drafters export as speculators or sglang; draft LMs as hf; MTP as "

@@ -72,14 +72,15 @@ class RunConfig:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `serve-sim` with its `profile` and `run` subcommands."""
-    parser = subparsers.add_parser(
-        "serve-sim", help="Simulate serving under load from a measured cost model and measured acceptance traces.",
+    parser = configs.add_command(
+        subparsers, "serve-sim",
+        summary="Simulate serving under load from a measured cost model and measured acceptance traces.",
         description="profile: time the target's batched forwards on this machine; run: simulate arrivals, "
         "continuous batching, scheduling policies and draft lengths, and write results.json and report.html.")
     actions = parser.add_subparsers(dest="serve_sim_action", metavar="ACTION")
-    configs.add_arguments(actions.add_parser("profile", help="Measure the target's cost model (JSON)."), ProfileConfig)
-    configs.add_arguments(actions.add_parser("run", help="Simulate a workload under policies and rates; write the report."),
-                          RunConfig)
+    configs.add_command(actions, "profile", ProfileConfig, summary="Measure the target's cost model (JSON).")
+    configs.add_command(actions, "run", RunConfig,
+                        summary="Simulate a workload under policies and rates; write the report.")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from draftsmith.config import describe, load
+from draftsmith.config import add_command, describe, load
 from draftsmith.train.config import TrainConfig
 
 
@@ -33,9 +33,9 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `train` subcommand."""
-    parser = subparsers.add_parser(
-        "train",
-        help="Train a drafter from a YAML recipe (single process, or DDP/DeepSpeed/FSDP via accelerate launch).",
+    parser = add_command(
+        subparsers, "train",
+        summary="Train a drafter from a YAML recipe (single process, or DDP/DeepSpeed/FSDP via accelerate launch).",
         description="Train a drafter against a frozen target. Run it plainly for one process, or as "
         "`accelerate launch --config_file recipes/accelerate/NAME.yaml -m draftsmith train ...` for DDP, "
         "DeepSpeed ZeRO-2/3 or FSDP. Writes OUTPUT_DIR/checkpoint-<step>/, latest, best/ (the drafter with "
