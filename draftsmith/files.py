@@ -1,11 +1,14 @@
-"""File helpers every step shares: writes a reader never sees half-done, file hashes, and the cache folder."""
+"""File helpers every step shares: writes a reader never sees half-done, a run's results beside its report pages, file
+hashes, and the cache folder."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -37,6 +40,20 @@ def replace_folder(staging: str | Path, destination: str | Path) -> None:
     os.replace(destination, retired / destination.name)
     os.replace(staging, destination)
     shutil.rmtree(retired, ignore_errors=True)
+
+
+def write_results(out: str | Path, results: dict, pages: dict[str, Callable[[dict], str]],
+                  indent: int = 2) -> dict[str, Path]:
+    """results.json in `out` (created), then each page (file name -> its render from the results), written after it so
+    that a page which fails to render leaves the results on disk. Returns the paths by kind: json, md, html."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "results.json"}
+    paths["json"].write_text(json.dumps(results, indent=indent, default=str) + "\n")
+    for name, render in pages.items():
+        path = paths[Path(name).suffix[1:]] = out / name
+        path.write_text(render(results))
+    return paths
 
 
 def file_sha256(path: str | Path, chunk: int = 1 << 22) -> str:

@@ -11,16 +11,12 @@ import io
 import json
 from pathlib import Path
 
+from draftsmith.files import write_results
+
 
 def write_report(results: dict, out: str | Path) -> dict[str, Path]:
     """Write the three files into `out`; return their paths."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "results.json", "md": out / "report.md", "html": out / "report.html"}
-    paths["json"].write_text(json.dumps(results, indent=2, default=str) + "\n")
-    paths["md"].write_text(markdown(results))
-    paths["html"].write_text(html_page(results, plots(results)))
-    return paths
+    return write_results(out, results, {"report.md": markdown, "report.html": lambda r: html_page(r, plots(r))})
 
 
 # --------------------------------------------------------------------------- numbers as text

@@ -8,6 +8,7 @@ import io
 import json
 from pathlib import Path
 
+from draftsmith.files import write_results
 from draftsmith.serving.experiment import TOLERANCE
 
 METRICS = [("e2e_ms", "mean"), ("e2e_ms", "p99"), ("ttft_ms", "p99"), ("tpot_ms", "mean")]
@@ -15,14 +16,8 @@ STYLES = {"off": ":", "fixed": "-", "adaptive": "--"}
 
 
 def write(results: dict, out: str | Path) -> dict[str, Path]:
-    """Write results.json and report.html into `out`; return their paths."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "results.json", "html": out / "report.html", "md": out / "report.md"}
-    paths["json"].write_text(json.dumps(results, indent=1, default=str) + "\n")
-    paths["html"].write_text(page(results))
-    paths["md"].write_text(markdown(results))
-    return paths
+    """Write results.json, report.html and report.md into `out`; return their paths."""
+    return write_results(out, results, {"report.html": page, "report.md": markdown}, indent=1)
 
 
 def _pct(value) -> str:
