@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from draftsmith.data.diversity import corpus_diversity
+from draftsmith.data.regenerate_engine import ENGINES
 from draftsmith.data.sources import read_rows
 from draftsmith.data.templates import RowError, is_completion, normalize_row, resolve_chat_template, tokenize_record
 from draftsmith.errors import DraftsmithError
@@ -71,6 +72,12 @@ class PrepareConfig:
     """dtype the target runs in while it regenerates (a copy when the loaded target has another): float32,
     bfloat16, float16, or auto = bfloat16 for a float32 target on a CPU where bf16 measures faster (AMX: 1.76x
     in bench/studies/data_dtype.py), else the target's own"""
+    engine: str | None = None
+    """regeneration: 'vllm' writes the answers with vLLM's CPU build (`make engine`'s .venv-engine, run as a
+    subprocess) instead of draftsmith's batched loop; the same rows, chat template, turn order, greedy decoding or
+    seeds, max_new_tokens, batches, budget and resumable cache (null = draftsmith's loop)"""
+    engine_eager: bool = False
+    """with engine: run vLLM without torch.compile (loads faster, decodes slower)"""
     draft_vocab_size: int = 0
     """also build a draft vocabulary of this many tokens (0 = later, from token_counts.safetensors). When the
     training split holds fewer distinct trainable tokens (a small input, or a regeneration budget that answered few
@@ -88,6 +95,9 @@ class PrepareConfig:
             raise DraftsmithError("prepare needs at least one --input.")
         if self.max_minutes < 0:
             raise DraftsmithError(f"--max-minutes is a budget in minutes (0 = none), got {self.max_minutes}.")
+        if self.engine is not None and self.engine not in ENGINES:
+            raise DraftsmithError(f"--engine {self.engine}: regeneration's engines are {', '.join(ENGINES)} "
+                                  "(leave it unset for draftsmith's own loop).")
         if self.draft_vocab_size < 0:
             raise DraftsmithError(f"--draft-vocab-size counts tokens (0 = no vocabulary now), got {self.draft_vocab_size}.")
         if self.max_rows < 0 or self.max_rows_per_input < 0:
@@ -148,7 +158,10 @@ def prepare(config: PrepareConfig, target=None) -> dict:
     import datasets
 
     began = time.monotonic()
+    if config.regenerate and config.engine:  # a missing engine venv fails now, not after loading the target
+        from draftsmith.engine_process import engine_python
 
+        engine_python("prepare.engine (--engine vllm)")
     if target is None:
         from draftsmith.target import load_target, working_dtype
 
@@ -173,12 +186,13 @@ def prepare(config: PrepareConfig, target=None) -> dict:
         rows = _drop_unprompted(rows, rejections)
         originals = [record for _, _, record in rows]
         writer = in_dtype(target, working_dtype(config.dtype, target))
-        regenerated = regenerate_conversations(
-            writer, [(f"{s}:{l}", m) for s, l, m in rows], out / "regenerated.jsonl",
-            temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-            batch_size=config.batch_size, seed=config.seed, chat_template=chat_template,
-            max_seconds=config.max_minutes * 60,
-        )
+        with _engine(config, writer, out) as engine:
+            regenerated = regenerate_conversations(
+                writer, [(f"{s}:{l}", m) for s, l, m in rows], out / "regenerated.jsonl",
+                temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                batch_size=config.batch_size, seed=config.seed, chat_template=chat_template,
+                max_seconds=config.max_minutes * 60, engine=engine,
+            )
         answered = [i for i, m in enumerate(regenerated) if m is not None]  # a spent budget leaves the rest out
         unanswered = len(rows) - len(answered)
         originals = [originals[i] for i in answered]
@@ -214,6 +228,7 @@ def prepare(config: PrepareConfig, target=None) -> dict:
         "truncated": truncated,
         "regenerated": config.regenerate,
         "regenerated_in": str(writer.dtype).removeprefix("torch.") if config.regenerate else None,
+        "regenerated_by": (config.engine or "draftsmith") if config.regenerate else None,
         "max_length": config.max_length,
         "last_turn_only": config.last_turn_only,
         "draft_vocab_size": vocab.size if vocab is not None else None,
@@ -225,6 +240,18 @@ def prepare(config: PrepareConfig, target=None) -> dict:
     }
     _publish(out, dataset, counts, vocab, report, target.fingerprint())
     return report
+
+
+def _engine(config: PrepareConfig, writer, out: Path):
+    """The engine that writes the answers (closed after regeneration), or a null context for our own loop. vLLM
+    runs the target in the dtype our loop would have (`writer`'s), so greedy answers compare."""
+    import contextlib
+
+    if not config.engine:
+        return contextlib.nullcontext()
+    from draftsmith.data.regenerate_engine import EngineWriter
+
+    return EngineWriter(config.target, str(writer.dtype).removeprefix("torch."), out, eager=config.engine_eager)
 
 
 def _publish(out: Path, dataset, counts: torch.Tensor, vocab, report: dict, fingerprint: dict) -> None:

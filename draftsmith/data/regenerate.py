@@ -19,10 +19,15 @@ are then generated in an order shuffled by the seed (so the answered rows are a 
 the shortest prompts), and the batch that spends the budget is the last. The seconds spent are kept beside the cache
 (CACHE.budget.json, written atomically after every batch), so a resumed run counts the time already spent and, once
 the budget is spent, writes nothing more: it returns the rows answered, None for the others.
+
+With prepare.engine = vllm the answers' tokens are written by vLLM (`regenerate_engine.EngineWriter`, in the engine's
+own venv) instead of our loop; everything else above is this module's, unchanged: the prompts' token ids (chat
+template applied here), the text of the answers (decoded here), the turn order, the batches, the cache and the budget.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -70,10 +75,12 @@ def regenerate_conversations(
     seed: int = 0,
     chat_template: str | None = None,
     max_seconds: float = 0.0,
+    engine=None,
 ) -> list:
     """Rewrite every assistant turn (or completion) of `rows` [(key, record)] with the target; returns records (None
     for a row a spent `max_seconds` budget left unanswered; 0 = no budget). With prepare's last_turn_only, only the
-    last turn trains, but the turns before it are the target's own too."""
+    last turn trains, but the turns before it are the target's own too. `engine`: writes the answers' tokens instead
+    of our loop (`regenerate_engine.EngineWriter`, vLLM); the rows, batches, order, cache and budget are the same."""
     from tqdm.auto import tqdm
 
     keys = [key for key, _ in rows]
@@ -100,7 +107,8 @@ def regenerate_conversations(
                 break
             began = time.perf_counter()
             torch.manual_seed(seed + start)
-            new = regenerate_batch(target, [m for _, m in batch], temperature, max_new_tokens, chat_template)
+            new = regenerate_batch(target, [m for _, m in batch], temperature, max_new_tokens, chat_template,
+                                   engine=engine)
             for (key, _), messages, write in zip(batch, new, missing):
                 if write:
                     cache.write(json.dumps({"key": key, "messages": messages}, ensure_ascii=False) + "\n")
@@ -136,13 +144,14 @@ def _size(record) -> int:
     return len(record[0]["content"]) + len(record[-1]["content"])
 
 
-def regenerate_batch(target, records, temperature, max_new_tokens, chat_template=None):
+def regenerate_batch(target, records, temperature, max_new_tokens, chat_template=None, engine=None):
     """One batch: completions answered from their prompts, and assistant turn k of every conversation generated
-    together, k = 0, 1, ..., each given the target's own turns before it."""
+    together, k = 0, 1, ..., each given the target's own turns before it (by `engine` when one is given)."""
+    answer = functools.partial(generate, engine=engine) if engine is not None else generate
     records = [dict(r) if isinstance(r, dict) else [dict(m) for m in r] for r in records]
     completions = [r for r in records if isinstance(r, dict)]
     if completions:
-        texts = generate(target, [r["prompt"] for r in completions], temperature, max_new_tokens, strip=False)
+        texts = answer(target, [r["prompt"] for r in completions], temperature, max_new_tokens, strip=False)
         for record, text in zip(completions, texts):
             if text.strip():  # an empty answer keeps the original completion
                 record["completion"] = text
@@ -151,33 +160,48 @@ def regenerate_batch(target, records, temperature, max_new_tokens, chat_template
     for k in range(max((len(t) for t in turns), default=0)):
         todo = [(c, t[k]) for c, t in zip(conversations, turns) if k < len(t)]
         prompts = [c[:turn] for c, turn in todo]
-        for (conversation, turn), text in zip(todo, generate(target, prompts, temperature, max_new_tokens,
-                                                             chat_template)):
+        for (conversation, turn), text in zip(todo, answer(target, prompts, temperature, max_new_tokens,
+                                                           chat_template)):
             # an empty answer keeps a dataset turn's text; a pending turn has none to keep
             if text.strip() or conversation[turn]["content"] == PENDING:
                 conversation[turn]["content"] = text
     return records
 
 
-@torch.no_grad()
 def generate(target, prompts: list, temperature: float, max_new_tokens: int, chat_template: str | None = None,
-             strip: bool = True) -> list[str]:
-    """Responses of the target to chat prompts (message lists) or raw text prompts, batched with left padding.
-    Prompts are tokenized as the target's own generation sees them (`encode_prompt`); a response ends at the
-    tokenizer's EOS or after `max_new_tokens` tokens.
+             strip: bool = True, engine=None) -> list[str]:
+    """Responses of the target to chat prompts (message lists) or raw text prompts. Prompts are tokenized as the
+    target's own generation sees them (`encode_prompt`); a response ends at the tokenizer's EOS or after
+    `max_new_tokens` tokens. The tokens are written by our batched loop (`write_tokens`), or by `engine` from the
+    same token ids, with seeds drawn from torch's generator (seeded per batch, as our sampling is)."""
+    from draftsmith.data.templates import encode_prompt
+
+    tokenizer = target.tokenizer
+    encoded = [encode_prompt(tokenizer, prompt, chat_template) for prompt in prompts]
+    if engine is None:
+        written = write_tokens(target, encoded, temperature, max_new_tokens)
+    else:
+        seeds = torch.randint(0, 2**31 - 1, (len(encoded),)).tolist()
+        written = engine.write(encoded, temperature, max_new_tokens, tokenizer.eos_token_id, seeds)
+    texts = [tokenizer.decode(tokens, skip_special_tokens=True) for tokens in written]
+    return [text.strip() for text in texts] if strip else texts
+
+
+@torch.no_grad()
+def write_tokens(target, encoded: list[list[int]], temperature: float, max_new_tokens: int) -> list[list[int]]:
+    """Our loop: the answers' token ids (EOS included where written) to prompts given as token ids, batched with
+    left padding.
 
     A row leaves the batch, cache rows included, as soon as it ends, so every forward computes only the rows still
     writing: a batch costs what its live rows cost, not `max_new_tokens` steps of all of them (transformers'
     `generate` keeps finished rows to the end). Greedy output is that of `generate` (the same positions and masks)."""
     from transformers import DynamicCache
 
-    from draftsmith.data.templates import encode_prompt
     from draftsmith.sampling import Sampling, choose
 
     tokenizer, model, device = target.tokenizer, target.model, target.device
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    encoded = [encode_prompt(tokenizer, prompt, chat_template) for prompt in prompts]
     width = max(map(len, encoded))
     input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded], device=device)
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=device)
@@ -188,8 +212,8 @@ def generate(target, prompts: list, temperature: float, max_new_tokens: int, cha
     # (49152 x 576 for SmolLM2, a quarter of its work per token) and B x L x V floats: 12 GB for 64 rows of 1000
     logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=cache,
                    use_cache=True, logits_to_keep=1).logits[:, -1]
-    live = torch.arange(len(prompts))  # the prompt of each batch row
-    written: list[list[int]] = [[] for _ in prompts]
+    live = torch.arange(len(encoded))  # the prompt of each batch row
+    written: list[list[int]] = [[] for _ in encoded]
     position = positions[:, -1]
     for step in range(max_new_tokens):
         token = choose(logits.float().cpu(), sampling)
@@ -206,5 +230,4 @@ def generate(target, prompts: list, temperature: float, max_new_tokens: int, cha
         position = position + 1
         logits = model(input_ids=token[:, None].to(device), attention_mask=mask, position_ids=position[:, None],
                        cache=cache, use_cache=True).logits[:, -1]
-    texts = [tokenizer.decode(tokens, skip_special_tokens=True) for tokens in written]
-    return [text.strip() for text in texts] if strip else texts
+    return written

