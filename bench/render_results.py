@@ -41,7 +41,7 @@ def watched(bench: str) -> list[str]:
     paths = ["draftsmith", f"bench/{script(bench)}.py", "bench/common.py"]
     uses_families = bench in ("parallel_drafting", "levers", "levers_dflash")
     paths += ["bench/families.py"] if uses_families else []
-    recipes = uses_families or bench in ("families", "eagle3_smollm2", "general_mix", "dflash_peer")
+    recipes = uses_families or bench in ("families", "eagle3_smollm2", "general_mix", "dflash_peer", "parity")
     return paths + (["recipes"] if recipes else [])
 
 

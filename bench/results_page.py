@@ -33,6 +33,8 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
     "hybrid_by_category": ("Suffix matching, the drafter and their hybrid, by category", tables.hybrid,
                            "python bench/hybrid.py --drafter runs/bench-eagle3/eagle3-v2048/best --prompts builtin:suite "
                            "--num-prompts 100 --max-new-tokens 96 --rounds 2"),
+    "parity": ("The same drafters decoded by the old code and the new", tables.parity,
+               "python bench/parity.py --against 2becfc6 --num-prompts 6 --max-new-tokens 48"),
     "repeated_workload": ("Repeated requests: the cross-request suffix cache", tables.repeated_workload,
                           "python bench/repeated_workload.py --num-prompts 24 --cache-tokens 4096 512"),
     "serving": ("Serving under load (serve-sim)", tables.serving, "python bench/serving.py --drafter DRAFTER"),

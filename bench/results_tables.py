@@ -4,7 +4,7 @@ is over runs (results_verdicts)."""
 
 from __future__ import annotations
 
-from results_format import fmt, human_bytes, identical, pct, short_hash, table
+from results_format import fmt, human_bytes, identical, pct, short_commit, short_hash, table
 from results_verdicts import (hybrid_over_better_single, hybrid_over_plain, largest_cache_over_per_request,
                               mix_over_code_on_humaneval, mix_over_code_worst_other_category, worst_category)
 
@@ -289,3 +289,26 @@ def repeated_workload(result: dict) -> list[str]:
     return lines + [f"This run: the largest cache {fmt(largest_cache_over_per_request(result), 3)}× per-request suffix "
                     f"matching's speedup (the goal, over runs, is below); every cache within its bound: "
                     f"{fmt(checks.get('cache_within_bound'))}.", ""]
+
+
+def parity(result: dict) -> list[str]:
+    """The same drafters decoded by an older commit's code and by the record's: the figures that must be equal, side
+    by side, and each side's speedup over its own plain loop."""
+    sides = result.get("sides", {})
+    old, new = (short_commit(sides.get(side, {})) for side in ("old", "new"))
+    lines = [f"Drafters trained {result.get('steps')} steps each by the new code, decoded by {old} (old, "
+             f"`--against {result.get('against')}`) and {new} (new): the first {result.get('num_prompts')} prompts of "
+             f"{', '.join(result.get('prompt_sets') or [])}, {result.get('max_new_tokens')} new tokens, greedy, whole "
+             f"chains, no adaptive lengths, torch's own linear layers; {result.get('equal')} of "
+             f"{result.get('compared')} methods equal in every drafted, accepted and emitted count.", ""]
+    rows = []
+    for row in result.get("rows", []):
+        sides_of = [row.get(side, {}) for side in ("old", "new")]
+        lossless = ["error" if "error" in side else identical(*(side.get("lossless") or [None, None]))
+                    for side in sides_of]
+        verdict = row.get("comparison", {})
+        rows.append([row.get("method"), row.get("prompts"), *(fmt(side.get("acceptance_length"), 3) for side in sides_of),
+                     *lossless, *(fmt(side.get("speedup"), 2, "×") for side in sides_of),
+                     "yes" if verdict.get("equal") else "no: " + ", ".join(verdict.get("differences", []))])
+    return lines + table(["method", "prompts", "old τ", "new τ", "old identical", "new identical", "old speedup",
+                          "new speedup", "equal"], rows)
