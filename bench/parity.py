@@ -262,8 +262,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--lookup-length", type=int, default=10,
                         help="suffix matching's and prompt lookup's draft length, and the hybrid's")
     parser.add_argument("--max-minutes", type=float, default=0,
-                        help="start no decode after this many minutes of decoding (0 = none); the methods left are "
-                             "recorded as not decoded")
+                        help="start no decode after this many minutes of the run, training included (0 = none); the "
+                             "methods left are recorded as not decoded")
     parser.add_argument("--methods", nargs="*", default=None, metavar="METHOD",
                         help="decode only the methods whose names start with one of these (default: all)")
     records.add_shared_options(parser, num_prompts=6, max_new_tokens=48, threads=1, out="runs/bench-parity",
@@ -276,7 +276,7 @@ def parse_arguments() -> argparse.Namespace:
 def main() -> None:
     args = parse_arguments()
     start = records.start()  # the commit and diff this run is credited to, taken before it measures anything
-    out = Path(args.out).resolve()
+    out, began = Path(args.out).resolve(), time.monotonic()
     rows, sides, skipped = {}, {}, []
     with worktree(args.against) as old_tree, worktree(start["commit"]) as new_tree:
         trees = {"old": old_tree, "new": new_tree}
@@ -291,7 +291,6 @@ def main() -> None:
         methods = methods_of(families, (args.families or [None])[0], kinds, lengths, args.tree, args.lookup_length)
         if args.methods is not None:
             methods = {name: options for name, options in methods.items() if name.startswith(tuple(args.methods))}
-        began = time.monotonic()
         for method, options in methods.items():
             for prompts in args.prompt_sets:
                 if args.max_minutes and time.monotonic() - began > args.max_minutes * 60:
