@@ -172,7 +172,7 @@ def workload(prompts: list[TracedPrompt], arrivals, seed: int, names: list[str |
 
 
 def summarize(requests: list[Request]) -> dict:
-    """TTFT, TPOT and E2E (ms: mean, p50, p99), goodput and request counts of a finished simulation."""
+    """TTFT, TPOT and E2E (ms: mean, p50, p90, p99), goodput and request counts of a finished simulation."""
     ttft = [(r.first_token - r.arrival) * 1e3 for r in requests]
     e2e = [(r.finish - r.arrival) * 1e3 for r in requests]
     tpot = [(r.finish - r.first_token) * 1e3 / (r.emitted - 1) for r in requests if r.emitted > 1]
@@ -181,8 +181,9 @@ def summarize(requests: list[Request]) -> dict:
     def dist(values):
         values = np.asarray(values, dtype=float)
         if values.size == 0:
-            return {"mean": None, "p50": None, "p99": None}
-        return {"mean": float(values.mean()), "p50": float(np.percentile(values, 50)), "p99": float(np.percentile(values, 99))}
+            return {"mean": None, "p50": None, "p90": None, "p99": None}
+        return {"mean": float(values.mean()), "p50": float(np.percentile(values, 50)),
+                "p90": float(np.percentile(values, 90)), "p99": float(np.percentile(values, 99))}
 
     return {"requests": len(requests), "output_tokens": int(sum(r.emitted for r in requests)),
             "ttft_ms": dist(ttft), "tpot_ms": dist(tpot), "e2e_ms": dist(e2e),
