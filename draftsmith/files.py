@@ -1,5 +1,5 @@
-"""File helpers every step shares: writes a reader never sees half-done, a run's results beside its report pages, file
-hashes, and the cache folder."""
+"""File helpers every step shares: writes a reader never sees half-done, JSON read with errors a user can act on, a
+run's results beside its report pages, file hashes, and the cache folder."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from draftsmith.errors import DraftsmithError
 
 
 def write_atomically(path: str | Path, data: bytes | str) -> None:
@@ -40,6 +43,21 @@ def replace_folder(staging: str | Path, destination: str | Path) -> None:
     os.replace(destination, retired / destination.name)
     os.replace(staging, destination)
     shutil.rmtree(retired, ignore_errors=True)
+
+
+def read_json(path: str | Path, missing: str, fmt: str | None = None, named: str = "") -> Any:
+    """The JSON in `path`: an error saying `missing` when there is no such file, its line when it is not JSON, and with
+    `fmt` one naming what it is not (`named`, e.g. "a draftsmith traces file") when its "format" is another."""
+    path = Path(path)
+    if not path.is_file():
+        raise DraftsmithError(missing)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise DraftsmithError(f"{path}:{err.lineno}: not valid JSON ({err.msg}).") from None
+    if fmt is not None and data.get("format") != fmt:
+        raise DraftsmithError(f"'{path}' is not {named} (format {data.get('format')!r}, expected {fmt}).")
+    return data
 
 
 def write_results(out: str | Path, results: dict, pages: dict[str, Callable[[dict], str]],

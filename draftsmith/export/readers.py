@@ -25,7 +25,6 @@ is refused, since unpickling a file runs whatever code it holds.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ import torch
 from draftsmith.drafters import FolderContents, kind_module
 from draftsmith.errors import DraftsmithError
 from draftsmith.export.check import from_format_layer_ids
+from draftsmith.files import read_json
 
 READABLE = ("draftsmith folders (config.json with draftsmith_kind), speculators eagle3 / peagle / dflash / dspark / mtp "
             "(speculators_model_type), SGLang EAGLE-3 (architectures LlamaForCausalLMEagle3), the DFlash reference "
@@ -52,13 +52,7 @@ TARGET_COPIES = ("embed_tokens.weight", "mtp_layers.0.final_layernorm.weight")
 # --------------------------------------------------------------------------- which layout
 def read_config(folder: Path) -> dict:
     """config.json of a drafter folder, with clear errors for a missing or broken one."""
-    path = folder / "config.json"
-    if not path.is_file():
-        raise DraftsmithError(f"Drafter folder '{folder}' has no config.json. Readable layouts: {READABLE}.")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise DraftsmithError(f"{path}:{err.lineno}: not valid JSON ({err.msg}).") from None
+    return read_json(folder / "config.json", f"Drafter folder '{folder}' has no config.json. Readable layouts: {READABLE}.")
 
 
 def detect(config: dict, folder: Path | str = "this folder") -> str:

@@ -8,12 +8,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from draftsmith import config as configs
 from draftsmith.errors import DraftsmithError
+from draftsmith.files import read_json
 
 
 @dataclass
@@ -164,12 +163,7 @@ def simulate_and_report(config: RunConfig) -> dict:
 
 def _read_arrivals(path: str) -> tuple[list[float], list]:
     """Replayed arrivals: a JSON list of seconds, or of {"time": seconds, "prompt": traced prompt name}."""
-    try:
-        rows = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise DraftsmithError(f"Arrivals file '{path}' does not exist.") from None
-    except json.JSONDecodeError as err:
-        raise DraftsmithError(f"{path}:{err.lineno}: not valid JSON ({err.msg}).") from None
+    rows = read_json(path, f"Arrivals file '{path}' does not exist.")
     if not isinstance(rows, list) or not rows:
         raise DraftsmithError(f"Arrivals file '{path}' must hold a non-empty JSON list: the workload would be empty.")
     times = [row["time"] if isinstance(row, dict) else row for row in rows]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from draftsmith.errors import DraftsmithError
+from draftsmith.files import read_json
 
 FORMAT = "draftsmith-costmodel/1"
 
@@ -149,15 +149,8 @@ class CostModel:
 
 def load_profile(path: str | Path) -> CostModel:
     """Read a profile written by `serve-sim profile` (from this machine or any other)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DraftsmithError(f"Profile '{path}' does not exist. Make one with: draftsmith serve-sim profile --out {path}")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise DraftsmithError(f"{path}:{err.lineno}: not valid JSON ({err.msg}).") from None
-    if data.get("format") != FORMAT:
-        raise DraftsmithError(f"'{path}' is not a draftsmith cost profile (format {data.get('format')!r}, expected {FORMAT}).")
+    data = read_json(path, f"Profile '{path}' does not exist. Make one with: draftsmith serve-sim profile --out {path}",
+                     FORMAT, "a draftsmith cost profile")
     decode, prefill = data["decode"], data["prefill"]
     return CostModel([decode["batch"], decode["new_tokens"], decode["context"]], np.array(decode["seconds"]),
                      [prefill["batch"], prefill["prompt_tokens"]], np.array(prefill["seconds"]),

@@ -10,7 +10,6 @@ the rest of that run, a - δ, is taken as accepted.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.traces import FORMAT
+from draftsmith.files import read_json
 
 
 @dataclass
@@ -66,15 +66,8 @@ class TraceSet:
 
 def load_traces(path: str | Path) -> TraceSet:
     """Read and check a traces.json written by `draftsmith eval --save-traces`."""
-    path = Path(path)
-    if not path.is_file():
-        raise DraftsmithError(f"Traces file '{path}' does not exist. Write one with draftsmith eval ... --save-traces.")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise DraftsmithError(f"{path}:{err.lineno}: not valid JSON ({err.msg}).") from None
-    if data.get("format") != FORMAT:
-        raise DraftsmithError(f"'{path}' is not a draftsmith traces file (format {data.get('format')!r}, expected {FORMAT}).")
+    data = read_json(path, f"Traces file '{path}' does not exist. Write one with draftsmith eval ... --save-traces.",
+                     FORMAT, "a draftsmith traces file")
     if not str(data["main"]).isdigit():
         raise DraftsmithError(f"'{path}' traces a tree draft ({data['main']}); serve-sim replays chain drafts only.")
     prompts = []
