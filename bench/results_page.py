@@ -38,6 +38,8 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
     "repeated_workload": ("Repeated requests: the cross-request suffix cache", tables.repeated_workload,
                           "python bench/repeated_workload.py --num-prompts 24 --cache-tokens 4096 512"),
     "serving": ("Serving under load (serve-sim)", tables.serving, "python bench/serving.py --drafter DRAFTER"),
+    "regeneration": ("Regeneration: vLLM against our loop, the same rows", tables.regeneration,
+                     "python bench/regeneration.py --rows 64 --max-new-tokens 128"),
     "feature_storage": ("Disk a feature capture takes", tables.feature_storage,
                         "python bench/feature_storage.py --hidden-size 4096 --num-layers 32"),
     "memory_plan": ("Memory per GPU to train EAGLE-3 for a big target", tables.memory_plan,

@@ -148,3 +148,25 @@ def test_vllm_writes_the_greedy_answers_our_loop_writes(smollm2, tmp_path):
                for side in (ours, theirs)]
     print(json.dumps(answers[1], indent=1))
     assert answers[0] == answers[1]
+
+
+# --------------------------------------------------------------------------- the bench's table
+def test_the_regeneration_table_shows_both_sides_their_ratio_and_identity():
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "bench" / "results_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    side = {"seconds": 120.0, "rows": 64, "answer_tokens": 7000, "rows_per_minute": 32.0,
+            "answer_tokens_per_minute": 3500.0, "cpu_seconds": 230.5, "rows_per_cpu_minute": 16.66}
+    result = {"rows": 64, "inputs": ["builtin:general", "builtin:exercises"], "max_new_tokens": 128,
+              "batch_size": 32, "dtype": "float32", "vllm_version": "0.32.0", "engine_eager": True,
+              "sides": {"draftsmith": side, "vllm": {**side, "seconds": 80.0, "rows_per_minute": 48.0,
+                                                     "start_seconds": 31.0, "cpu_seconds": 150.25}},
+              "engine_ratio": 1.5, "engine_ratio_without_start": 2.449, "engine_ratio_cpu": 1.534,
+              "identical_rows": 62, "differing": {"a:1": {"our_logit_gap": 0.0123}, "b:2": {"our_logit_gap": 0.5}}}
+    text = "\n".join(tables.regeneration(result))
+    for figure in ("| vllm | 80.0 | 48.00 |", "| draftsmith | 120.0 | 32.00 | 3500 | 7000 | 230.5 | 16.66 |",
+                   "1.50×", "2.45×", "1.53× per CPU second", "62/64", "0.012, 0.500", "(eager)", "31 s"):
+        assert figure in text, figure

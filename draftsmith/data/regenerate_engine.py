@@ -33,6 +33,8 @@ class EngineWriter:
         self.process: subprocess.Popen | None = None
         self.load_seconds: float | None = None
         self.vllm_version: str | None = None
+        self.cpu_seconds = 0.0
+        """CPU seconds the engine's process has spent (all its threads, its start-up included), as it last said"""
 
     @property
     def log(self) -> Path:
@@ -48,6 +50,7 @@ class EngineWriter:
                                   stdout=subprocess.PIPE, stderr=log, text=True)
         ready = self._reply("loading the target")
         self.load_seconds, self.vllm_version = ready["load_s"], ready["vllm_version"]
+        self.cpu_seconds = ready.get("cpu_s", 0.0)
 
     def write(self, encoded: list[list[int]], temperature: float, max_new_tokens: int, eos: int | None,
               seeds: list[int]) -> list[list[int]]:
@@ -61,7 +64,8 @@ class EngineWriter:
             self.process.stdin.flush()
         except BrokenPipeError:
             pass  # the engine is gone: _reply says why
-        outputs = self._reply(f"answering {len(encoded)} prompts")["outputs"]
+        reply = self._reply(f"answering {len(encoded)} prompts")
+        outputs, self.cpu_seconds = reply["outputs"], reply.get("cpu_s", self.cpu_seconds)
         if len(outputs) != len(encoded):
             raise DraftsmithError(f"vLLM answered {len(outputs)} of {len(encoded)} prompts (log: {self.log}).")
         return outputs
@@ -70,11 +74,18 @@ class EngineWriter:
         line = self.process.stdout.readline()
         reply = json.loads(line) if line.strip() else None
         if reply is None or "error" in reply:
-            code = self.process.poll()
-            tail = " ".join(self.log.read_text(errors="replace").splitlines()[-5:])[-800:]
-            why = reply["error"] if reply else f"the engine exited with {code}: {tail}"
+            why = reply["error"] if reply else f"the engine exited with {self._exit_code()}: {self._log_tail()}"
             raise DraftsmithError(f"vLLM failed {doing} for regeneration: {why} (log: {self.log})")
         return reply
+
+    def _exit_code(self) -> int | None:
+        try:  # its stdout closed: it is exiting, or has
+            return self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _log_tail(self) -> str:
+        return " ".join(self.log.read_text(errors="replace").splitlines()[-5:])[-800:]
 
     def close(self) -> None:
         """Stop the engine: its stdin closes and it exits (killed if it does not within a minute)."""

@@ -6,7 +6,8 @@
 It imports only the standard library and vLLM, so it can be run by path. The settings file names the target folder,
 dtype and whether vLLM runs eager. The engine loads once; then every line on stdin is one batch, as token ids
 (draftsmith applied the chat template, and it decodes the answers: the text path is its own), and every batch gets
-one line back: the answers' token ids, or the error. The first line back says the engine is ready. Everything else
+one line back: the answers' token ids, or the error (with the CPU seconds the process has spent so far). The first
+line back says the engine is ready. Everything else
 the process prints (vLLM's logs, C++ threads) goes to stderr, so the protocol owns stdout alone.
 
 A batch: {"prompts": [[ids]], "max_tokens": n, "temperature": t, "seeds": [s per prompt], "stop_token_ids": [eos]}.
@@ -46,7 +47,7 @@ def answer(llm, batch: dict) -> dict:
     results = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in batch["prompts"]], sampling,
                            use_tqdm=False)
     outputs = [list(result.outputs[0].token_ids) for result in results]
-    return {"outputs": outputs, "seconds": time.perf_counter() - began}
+    return {"outputs": outputs, "seconds": time.perf_counter() - began, "cpu_s": time.process_time()}
 
 
 def main(argv: list[str]) -> int:
@@ -65,7 +66,7 @@ def main(argv: list[str]) -> int:
         return 1
     import vllm
 
-    protocol.write(json.dumps({"ready": True, "load_s": time.perf_counter() - began,
+    protocol.write(json.dumps({"ready": True, "load_s": time.perf_counter() - began, "cpu_s": time.process_time(),
                                "vllm_version": vllm.__version__}) + "\n")
     protocol.flush()
     for line in sys.stdin:
