@@ -11,6 +11,7 @@ from test_losses import by_hand as by_hand_loss
 
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, kind_module
 from draftsmith.drafters import eagle
+from draftsmith.drafters.eagle_training import _indices_leading_to
 from draftsmith.errors import DraftsmithError
 from draftsmith.target import Target
 
@@ -403,7 +404,7 @@ def test_cod_sampling_runs_each_step_on_a_nested_share_of_the_indices_with_the_d
     drafter = eagle.create(eagle.Config(cod_ratio=0.5, **options), target, draft_vocab(target, 48)).train()
     batch = make_batch(target, drafter, batch=2, length=24)
     batch["loss_mask"][1, :10], batch["micro_batch"] = 0, 3
-    at, kept = eagle._indices_leading_to(batch["loss_mask"].bool(), 4)
+    at, kept = _indices_leading_to(batch["loss_mask"].bool(), 4)
     shuffled, counted, widths = drafter._cod_sample(at, kept, batch)
     real = kept.sum(1).tolist()
     for j, share in enumerate([1, 0.5, 0.25, 0.2]):
