@@ -169,7 +169,11 @@ def train_family(tree: Path, family: str, out: Path, steps: int, extra: list[str
         shutil.rmtree(run, ignore_errors=True)
         command = [sys.executable, "-m", "draftsmith", "train", str(RECIPES / f"{family}.yaml"), *options]
         print("+", f"[{tree}]", " ".join(command[1:]), flush=True)
-        subprocess.run(command, cwd=tree, env=side_environment(tree), check=True)
+        done = subprocess.run(command, cwd=tree, env=side_environment(tree), stderr=subprocess.PIPE, text=True)
+        if done.returncode:  # reported, and the other families still run
+            print(done.stderr[-3000:], file=sys.stderr, flush=True)
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            return {"error": lines[-1] if lines else f"exit {done.returncode}", "options": options}
     training = json.loads((run / "training.json").read_text()) if (run / "training.json").is_file() else {}
     return {"folder": str(run / "best"), "sha256": records.drafter_sha256(run / "best"), "steps": training.get("steps"),
             "trained_by_this_run": trained, "options": options}
@@ -252,9 +256,10 @@ def parse_arguments() -> argparse.Namespace:
                              "also drafts the tree and the hybrid; none: only suffix matching and prompt lookup")
     parser.add_argument("--steps", type=int, default=30, help="training steps per family (no time budget)")
     parser.add_argument("--set", nargs="*", metavar="SECTION.FIELD=VALUE",
-                        default=["prepare.regenerate=false", "prepare.max_rows_per_input=32", "data.max_length=256"],
-                        help="overrides of every family's training (default: small data, not regenerated: a parity "
-                             "check needs drafters that draft, not good ones)")
+                        default=["prepare.max_minutes=0", "prepare.max_rows_per_input=16", "prepare.batch_size=8",
+                                 "prepare.max_new_tokens=64", "prepare.eval_fraction=0.25", "data.max_length=256"],
+                        help="overrides of every family's training (default: little data, bounded by rows, not "
+                             "minutes: a parity check needs drafters that draft, not good ones)")
     parser.add_argument("--retrain", action="store_true", help="train every family again, even where OUT has one")
     parser.add_argument("--prompt-sets", nargs="+", default=["builtin:suite", "humaneval"],
                         help="prompt sets decoded (the first --num-prompts of each)")
@@ -283,12 +288,16 @@ def main() -> None:
         for name, tree in trees.items():
             sides[name] = {"commit": revision_of(tree), "draftsmith": imported_from(tree)}
             print(f"{name}: {sides[name]['commit'][:8]} imports {sides[name]['draftsmith']}", flush=True)
-        families = {family: train_family(new_tree, family, out, args.steps, args.set, args.retrain)
-                    for family in args.families}
+        trained = {family: train_family(new_tree, family, out, args.steps, args.set, args.retrain)
+                   for family in args.families}
+        families = {family: info for family, info in trained.items() if "error" not in info}
         written = {family: recipe(new_tree, family) for family in families}
         kinds = {family: (written[family].get("drafter") or {}).get("kind") for family in families}
         lengths = {family: (written[family].get("report") or {}).get("draft_length", 4) for family in families}
         methods = methods_of(families, (args.families or [None])[0], kinds, lengths, args.tree, args.lookup_length)
+        for family, info in trained.items():
+            if "error" in info:
+                print(f"{family}: not trained, not decoded: {info['error']}", flush=True)
         if args.methods is not None:
             methods = {name: options for name, options in methods.items() if name.startswith(tuple(args.methods))}
         for method, options in methods.items():
@@ -312,7 +321,7 @@ def main() -> None:
                          if "error" in row["old"] and "error" not in row["new"]})
     if unreadable:
         print("the old code failed where the new one ran (a format change?): " + ", ".join(unreadable))
-    result = {"against": args.against, "sides": sides, "families": families, "steps": args.steps,
+    result = {"against": args.against, "sides": sides, "families": trained, "steps": args.steps,
               "overrides": args.set, "prompt_sets": args.prompt_sets, "num_prompts": args.num_prompts,
               "max_new_tokens": args.max_new_tokens, "threads": args.threads, "tree": args.tree,
               "lookup_length": args.lookup_length, "rows": list(rows.values()),
