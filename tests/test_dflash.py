@@ -12,6 +12,7 @@ from tiny import tiny_target
 from draftsmith.config import build
 from draftsmith.data.capture import parse_layers
 from draftsmith.drafters import DecodeState, DraftShape, Sampling, dflash, kind_module
+from draftsmith.drafters.dflash_training import MAX_ANCHORS
 from draftsmith.drafters.dflash_layers import BlockLayout, block_attention_mask, flex_block_mask
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.decoder import plain_generate, speculative_generate
@@ -171,7 +172,7 @@ def test_anchors_per_sequence_0_draws_every_allowed_anchor(tiny_qwen3):
     assert anchors[0].tolist() == [7, 8, 9, 10] + [-1] * 13  # x_{a+1} in 8..11; as wide as the widest row
     assert anchors[1].tolist() == list(range(2, 19))
     many = torch.ones(1, 2000, dtype=torch.long)
-    assert drafter.sample_anchors(torch.zeros(1, 2000, dtype=torch.long), many).shape == (1, dflash.MAX_ANCHORS)
+    assert drafter.sample_anchors(torch.zeros(1, 2000, dtype=torch.long), many).shape == (1, MAX_ANCHORS)
     few = make(frozen(tiny_qwen3), anchors_per_sequence=2)
     assert few.sample_anchors(ids, loss_mask).shape == (2, 2)
     assert torch.equal(few.sample_anchors(ids, loss_mask, every=True), anchors)
