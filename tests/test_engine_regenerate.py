@@ -126,6 +126,31 @@ def test_an_engine_that_refuses_to_load_is_reported_with_its_error(fake_engine, 
             regenerate_conversations(tiny_llama, single_turns(2), tmp_path / "cache.jsonl", engine=engine)
 
 
+def test_prepare_with_engine_vllm_has_the_engine_write_every_answer_and_says_so(fake_engine, tiny_llama, tmp_path,
+                                                                                  monkeypatch):
+    import draftsmith.data.regenerate_engine as regenerate_engine
+    from draftsmith.data.prepared import PrepareConfig, load_prepared, prepare
+
+    monkeypatch.setenv("DRAFTSMITH_ENGINE_PYTHON", sys.executable)  # prepare checks for the venv first
+    made = []
+
+    def writer(target, dtype, workdir, eager=False):
+        made.append((target, dtype, eager))
+        return fake_engine(Path(workdir))
+
+    monkeypatch.setattr(regenerate_engine, "EngineWriter", writer)
+    out = tmp_path / "data"
+    report = prepare(PrepareConfig(target="tiny", input=["builtin:general"], max_rows=4, regenerate=True,
+                                   engine="vllm", engine_eager=True, max_new_tokens=4096, out=str(out),
+                                   eval_fraction=0.0), target=tiny_llama)
+    assert made == [("tiny", "float32", True)]
+    assert (report["regenerated_by"], report["rows_kept"]) == ("vllm", 4)
+    cached = read_cache(out / "regenerated.jsonl")
+    assert all(m["content"] == f"A({record[i - 1]['content']})" for record in cached.values()
+               for i, m in enumerate(record) if m["role"] == "assistant")
+    assert len(load_prepared(out)["train"]) == 4
+
+
 # --------------------------------------------------------------------------- vLLM itself
 @pytest.mark.engine
 def test_vllm_writes_the_greedy_answers_our_loop_writes(smollm2, tmp_path):
