@@ -38,6 +38,8 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
     "repeated_workload": ("Repeated requests: the cross-request suffix cache", tables.repeated_workload,
                           "python bench/repeated_workload.py --num-prompts 24 --cache-tokens 4096 512"),
     "serving": ("Serving under load (serve-sim)", tables.serving, "python bench/serving.py --drafter DRAFTER"),
+    "serving_engine": ("Serving under load: vLLM beside serve-sim, the same arrivals", tables.serving_engine,
+                       "python bench/serving_engine.py --rates 0.25 0.5 1 2 --num-requests 40 --cap 4"),
     "regeneration": ("Regeneration: vLLM against our loop, the same rows", tables.regeneration,
                      "python bench/regeneration.py --rows 64 --max-new-tokens 128"),
     "feature_storage": ("Disk a feature capture takes", tables.feature_storage,

@@ -335,3 +335,30 @@ def regeneration(result: dict) -> list[str]:
                     f"{fmt(result.get('engine_ratio_cpu'), 2, '×')} per CPU second); identical "
                     f"answers {identical(result.get('identical_rows'), result.get('rows'))} rows"
                     + (f"; our logit gaps where the others first part: {gaps}" if differing else "") + ".", ""]
+
+
+def serving_engine(result: dict) -> list[str]:
+    """vLLM serving a Poisson load beside serve-sim on the same arrivals: TTFT / TPOT p50 of each side per method and
+    rate, sim/engine, saturation, and whether the p50s are within the bench's tolerance."""
+    lines = [f"{result.get('prompts')} prompts, {result.get('num_requests')} requests per rate, at most "
+             f"{result.get('cap')} in flight, draft length {result.get('draft_length')}, vLLM "
+             f"{result.get('vllm_version')} ({'eager' if result.get('engine_eager') else 'compiled'}); TTFT and TPOT "
+             f"p50 within {pct(result.get('tolerance'), 0)} at {result.get('within')} of {result.get('judged')} "
+             "unsaturated (method, rate) pairs" + (" (a contended smoke run)" if result.get("contended") else "") + ".",
+             ""]
+    rows = []
+    for row in result.get("rows", []):
+        engine, sim, ratio = row.get("engine", {}), row.get("sim", {}), row.get("ratio", {})
+        cells = [row.get("method"), fmt(row.get("rate"), 3), fmt(engine.get("saturated"))]
+        for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            cells += [fmt((engine.get(metric) or {}).get("p50"), 0), fmt((sim.get(metric) or {}).get("p50"), 0),
+                      fmt(ratio.get(metric))]
+        rows.append(cells + ["not judged" if not row.get("judged") else fmt(row.get("within"))])
+    lines += table(["method", "rate (req/s)", "saturated", "TTFT p50 engine (ms)", "TTFT p50 sim (ms)", "sim/engine",
+                    "TPOT p50 engine (ms)", "TPOT p50 sim (ms)", "sim/engine", "E2E p50 engine (ms)",
+                    "E2E p50 sim (ms)", "sim/engine", "within"], rows)
+    alone = result.get("alone", {})
+    return lines + [f"Alone, at the lowest rate: engine plain TTFT p50 {fmt(alone.get('engine_plain_ttft_p50_ms'), 0)} ms "
+                    f"against the cost model's prefill {fmt(alone.get('cost_model_prefill_ms'), 0)} ms; engine plain "
+                    f"TPOT p50 {fmt(alone.get('engine_plain_tpot_p50_ms'), 1)} ms against its decode pass "
+                    f"{fmt(alone.get('cost_model_step_ms'), 1)} ms (b = 1).", ""]
