@@ -105,7 +105,11 @@ def test_offline_batches_equal_online_batches(tiny_folder, prepared, tmp_path):
     split = load_prepared(prepared)["train"]
     assert manifest["num_samples"] == len(split) and manifest["num_tokens"] == sum(split["length"])
     assert manifest["layers"] == [1, 4, 7] and manifest["target"] == target.fingerprint()
-    shards = FeatureShards(tmp_path / "feat", expect_fingerprint=target.fingerprint(), expect_layers=[1, 7])
+    shards = FeatureShards(tmp_path / "feat", expect_fingerprint=target.fingerprint(), expect_layers=[1, 4, 7])
+    fewer = FeatureShards(tmp_path / "feat", expect_fingerprint=target.fingerprint(), expect_layers=[7, 1])
+    assert sorted(fewer[3]["features"]) == [1, 7]  # a drafter's batches hold the layers it reads, not the whole capture
+    assert torch.equal(fewer[3]["features"][7], shards[3]["features"][7])
+    assert sorted(FeatureShards(tmp_path / "feat")[3]["features"]) == [1, 4, 7]  # no expectation: every layer
     tokens = TokenDataset(split)
     assert len(shards) == len(tokens)
     assert shards.lengths() == tokens.lengths() == [len(tokens[i]["input_ids"]) for i in range(len(tokens))]

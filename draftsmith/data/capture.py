@@ -215,7 +215,8 @@ class FeatureShards(torch.utils.data.Dataset):
     """Captured samples, memory-mapped; items {"input_ids", "loss_mask", "features": {layer: [S,H]}, "sample_id"}.
 
     Map-style, so a shuffling sampler shuffles by sample. Refuses captures made from another
-    target (fingerprint) or without the layers the drafter needs.
+    target (fingerprint) or without the layers the drafter needs; with `expect_layers`, items hold those layers
+    only (a capture shared by several drafters stores more, which one drafter's batches need not copy).
     """
 
     def __init__(self, directory: str | Path, expect_fingerprint: dict | None = None,
@@ -223,7 +224,7 @@ class FeatureShards(torch.utils.data.Dataset):
         self.directory = Path(directory)
         self.manifest = read_manifest(self.directory)
         check_compatible(self.manifest, expect_fingerprint, expect_layers, self.directory)
-        self.layers = self.manifest["layers"]
+        self.layers = self.manifest["layers"] if expect_layers is None else sorted(set(expect_layers))
         self.files = [self.directory / shard["file"] for shard in self.manifest["shards"]]
         missing = [str(f) for f in self.files if not f.is_file()]
         if missing:

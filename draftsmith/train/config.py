@@ -48,6 +48,11 @@ class DataSection:
     """compute target features inside the training loop from `prepared` instead of reading shards; null = online
     when target.shard is set (a target that big would write terabytes of features: docs/training.md, "Targets
     bigger than one GPU"), else offline"""
+    capture_layers: str | None = None
+    """layers an offline run's first capture records beside the drafter's own (a `draftsmith capture --layers` spec:
+    eagle3, dflash:N, last or ids like 1,14,26), so that one data.features folder serves several recipes: e.g.
+    dflash:5 holds DFlash's five layers and the last one, which Medusa, MTP, EAGLE-1 and a draft LM read; null = the
+    drafter's layers alone"""
     features_dtype: str = "bf16"
     """dtype of the features an offline run captures into `features` on its first run: bf16, fp16, fp32 or fp8
     (e4m3 with a scale per token and layer: half of bf16's disk and page cache, read back as bf16). Features

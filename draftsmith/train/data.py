@@ -163,13 +163,14 @@ class TopkMemory:
 
 def capture_once(data, target, layers: list[int], split) -> None:
     """Offline training with both data.prepared and data.features: capture the prepared train split's features
-    into data.features on the first run (resumable after a crash, as `draftsmith capture`); later runs and
-    epochs read them without running the target. Refuses features captured from other prepared data or with fewer
-    top-k logits than data.topk_logits (any dtype is read: data.features_dtype is what a capture made here uses)."""
+    (the drafter's `layers` and data.capture_layers) into data.features on the first run (resumable after a crash,
+    as `draftsmith capture`); later runs and epochs, and other recipes sharing the folder, read them without
+    running the target. Refuses features captured from other prepared data or with fewer top-k logits than
+    data.topk_logits (any dtype is read: data.features_dtype is what a capture made here uses)."""
     import json
     import time
 
-    from draftsmith.data.capture import MANIFEST
+    from draftsmith.data.capture import MANIFEST, parse_layers
     from draftsmith.data.offline import CaptureConfig, write_capture
     from draftsmith.errors import DraftsmithError
 
@@ -186,6 +187,8 @@ def capture_once(data, target, layers: list[int], split) -> None:
         return
     began = time.monotonic()
     print(f"capturing the target's features of {data.prepared} -> {data.features} (first run only)", flush=True)
+    if data.capture_layers:
+        layers = sorted(set(layers) | set(parse_layers(data.capture_layers, target)))
     config = CaptureConfig(target=target.name, data=str(data.prepared), out=str(data.features),
                            layers=",".join(map(str, layers)), max_batch_size=max(data.batch_size, 1),
                            dtype=data.features_dtype, topk_logits=data.topk_logits, target_dtype=data.capture_dtype)
