@@ -123,8 +123,8 @@ class Recorder:
 
 def decode(folder, target, cut: bool | None = None):
     """What `draftsmith eval --drafter FOLDER` drafts (its own loader and decoder): every draft, the greedy outputs
-    and the acceptance figures. `cut` False: DSpark drafts whole blocks (its confidence cut reads a verify-cost
-    curve measured at load time, which differs run to run)."""
+    and the acceptance figures. `cut` False: DSpark and DFlash draft whole blocks (their confidence cut reads a
+    verify-cost curve measured at load time, which differs run to run)."""
     proposer = Recorder(load_drafter(str(folder), target, confidence_cut=cut))
     verifier = getattr(proposer.proposer, "verifier", None) or target  # Medusa-2: its tuned target verifies
     shape = DraftShape(length=3)
@@ -136,7 +136,7 @@ def decode(folder, target, cut: bool | None = None):
 @pytest.mark.parametrize("name,fmt", CASES, ids=[f"{n}-{f}" for n, f in CASES])
 def test_an_export_drafts_exactly_as_its_source(world, name, fmt):
     target, folders, _ = world
-    cut = False if name == "dspark" else None
+    cut = False if name in ("dspark", "dflash") else None
     source = once(("decode", name), lambda: decode(folders[name, "source"], target, cut=cut))
     exported = decode(folders[name, fmt], target, cut=cut)
     assert exported == source
@@ -152,7 +152,8 @@ def test_draftsmith_eval_reports_the_same_tau_for_an_export(world, name, fmt, tm
     def evaluate(folder, out):
         config = EvalConfig(target=target.name, drafter=str(folder), out=str(tmp_path / out), prompts=str(prompts),
                             num_prompts=3, max_new_tokens=16, transformers_baseline=False, small_batch_linear=False,
-                            confidence_cut=False if name == "dspark" else None)  # a measured cut is not repeatable
+                            confidence_cut=False if name in ("dspark", "dflash") else None,  # a measured cut and
+                            fallback=False)  # lengths from measured draft times are not repeatable
         return evaluate_and_report(config, target=target)
 
     source = once(("eval", name), lambda: evaluate(folders[name, "source"], "source"))
@@ -474,7 +475,8 @@ def test_on_the_real_target_every_export_of_a_trained_drafter_gives_its_tau(smol
     for label, folder in folders.items():
         config = EvalConfig(target="smollm2-135m-instruct", drafter=str(folder), out=str(tmp_path / f"eval-{label}"),
                             prompts="humaneval", num_prompts=3, max_new_tokens=24, transformers_baseline=False,
-                            small_batch_linear=False, confidence_cut=False if recipe == "dspark" else None)
+                            small_batch_linear=False, confidence_cut=False if recipe in ("dspark", "dflash") else None,
+                            fallback=False)  # measured cuts and fallback lengths are not repeatable
         results = evaluate_and_report(config, target=smollm2)
         figures[label] = (results["acceptance_length"], results["acceptance_per_position"],
                           [p["new_tokens"] for p in results["per_prompt"]], results["lossless"]["identical"])

@@ -149,16 +149,29 @@ KIND_OPTIONS = {"eagle": ("eagle", {"layers": [0, 1, 2]}), "medusa": ("medusa", 
                 "dspark": ("dflash", {**DFLASH, "variant": "dspark", "markov_rank": 4}),
                 "dflash-draft-vocab": ("dflash", DFLASH), "eagle-cut": ("eagle", {"layers": [0, 1, 2]}),
                 "mtp-cut": ("mtp", {"num_modules": 2, "shared": True}), "medusa-cut": ("medusa", {"num_heads": 2}),
-                "eagle-fallback": ("eagle", {"layers": [0, 1, 2]}), "mtp-fallback": ("mtp", {"num_modules": 2})}
+                "dflash-cut": ("dflash", DFLASH),
+                "eagle-fallback": ("eagle", {"layers": [0, 1, 2]}), "mtp-fallback": ("mtp", {"num_modules": 2}),
+                "peagle-fallback": ("eagle", {"layers": [0, 1, 2], "variant": "peagle", "ttt_steps": 2,
+                                              "mask_token_id": 7}),
+                "medusa-fallback": ("medusa", {"num_heads": 2}), "dflash-fallback": ("dflash", DFLASH),
+                "dspark-fallback": ("dflash", {**DFLASH, "variant": "dspark", "markov_rank": 4}),
+                "draft_lm-fallback": ("draft_lm", {"num_layers": 1}),
+                "eagle-tree-fallback": ("eagle", {"layers": [0, 1, 2]}),
+                "dflash-tree-fallback": ("dflash", DFLASH)}
 DRAFT_VOCAB_SIZES = {"dflash-draft-vocab": 5}
 """cases whose drafter drafts over a draft vocabulary of that many of the 8 tokens (q is 0 on the other 3)"""
-CUT = {"dspark": {1: 1.0, 2: 1.45, 3: 1.6}, "eagle-cut": {1: 1.0, 2: 1.45, 3: 1.6},
-       "mtp-cut": {1: 1.0, 2: 1.45, 3: 1.6}, "medusa-cut": {1: 1.0, 2: 1.7, 3: 2.2}}
-"""cases whose chains are cut by their confidences (DSpark by default, the others switched on), each with a cost
-curve under which its confidences cut some chains after 0, 1 or 2 tokens and leave others whole"""
-FALLBACK = {"eagle-fallback": {1: 1.0, 2: 1.6, 3: 2.2}, "mtp-fallback": {1: 1.0, 2: 1.6, 3: 2.2}}
-"""cases whose chain lengths follow their running acceptance (drafters.fallback), with a cost curve under which a
-request starts with one drafted token and then drafts 0, 1 or 2 by what was accepted"""
+CUT = {"dspark": {1: 1.0, 2: 1.45, 3: 1.6}, "dflash-cut": {1: 1.0, 2: 1.6, 3: 1.8},
+       "eagle-cut": {1: 1.0, 2: 1.45, 3: 1.6}, "mtp-cut": {1: 1.0, 2: 1.45, 3: 1.6},
+       "medusa-cut": {1: 1.0, 2: 1.7, 3: 2.2}}
+"""cases whose chains are cut by their confidences (DSpark and DFlash by default, the others switched on), each with a
+cost curve under which its confidences cut some chains after 0, 1 or 2 tokens and leave others whole"""
+FALLBACK = {name: {1: 1.0, 2: 1.6, 3: 2.2} for name in KIND_OPTIONS if name.endswith("-fallback")}
+FALLBACK.update({name: {1: 1.0, 2: 1.1, 3: 1.2, 4: 1.5} for name in FALLBACK if "-tree-" in name})
+"""cases whose chain lengths (trees: depths) follow their running acceptance (drafters.fallback), with a cost curve
+under which a request starts with one drafted token (a tree of depth 2: 3 nodes) and then drafts 0, 1 or 2 (a tree of
+depth 1 or 2) by what was accepted"""
+TREE = (2, 2, 3)
+"""the (depth, top_k, total_tokens) of the tree cases, verified as trees of one-hot candidates"""
 
 
 @pytest.mark.parametrize("name", list(KIND_OPTIONS))
@@ -179,10 +192,11 @@ def test_every_trained_kind_samples_losslessly_end_to_end(name):
     proposer = drafter.proposer(target, torch.Generator().manual_seed(1))
     if name in CUT:
         proposer.confidence_cut, proposer.verify_cost = True, CUT[name]
+    shape = DraftShape(tree=TREE) if "-tree-" in name else DraftShape(2)
     if name in FALLBACK:
-        proposer = RunningAcceptance(proposer, 2, FALLBACK[name])
+        proposer = RunningAcceptance(proposer, 2, FALLBACK[name], tree=shape.tree)
     generator = torch.Generator().manual_seed(0)
-    runs = [decoder.speculative_generate(target, proposer, prompt, DraftShape(2), sampling, 3, set(), generator)
+    runs = [decoder.speculative_generate(target, proposer, prompt, shape, sampling, 3, set(), generator)
             for _ in range(800)]
     drafted = sum(c.drafted for r in runs for c in r.cycles)
     varies = name in CUT or name in FALLBACK

@@ -1,5 +1,6 @@
-"""Trained chain drafters fall back towards plain decoding within a request where their acceptance does not pay
-(`draftsmith.drafters.fallback`): the length rule, probes, greedy equality on a real decode, and the eval flag."""
+"""Trained drafters fall back towards plain decoding within a request where their acceptance does not pay
+(`draftsmith.drafters.fallback`): the length rule for chains, blocks and trees, probes, greedy equality on a real
+decode of every kind, and the eval flag (on by default for every trained kind)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import torch
 from tiny import save_target, tiny_target
 
 from draftsmith.cli import main
-from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling, eagle
-from draftsmith.drafters.fallback import FIRST_PROBE, LAST_PROBE, RunningAcceptance
+from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling, dflash, draft_lm, eagle, medusa, mtp
+from draftsmith.drafters.fallback import FIRST_PROBE, LAST_PROBE, RunningAcceptance, tree_nodes
 from draftsmith.eval.decoder import plain_generate, speculative_generate
 
 COST = {1: 1.0, 2: 1.3, 3: 1.5, 4: 1.7, 5: 1.9}  # t(n)/t(1) of a CPU-like target: a wider pass costs more
@@ -129,6 +130,130 @@ def test_greedy_output_is_plain_decodings_and_weak_requests_draft_less(tiny_llam
         assert sum(drafted) < sum(c.drafted for c in full.cycles) and 0 in drafted
 
 
+class ScriptedTree(Scripted):
+    """A tree proposer: at every depth `top_k` siblings, `token` first (the rest never right), the first one the
+    parent of the next depth's; records each tree's depth."""
+
+    def propose(self, state, shape, sampling):
+        depth, top_k, total = shape.tree
+        self.asked.append(depth)
+        tokens = [self.token + rank for _ in range(depth) for rank in range(top_k)][:total]
+        parents = [-1 if i < top_k else (i // top_k - 1) * top_k for i in range(len(tokens))]
+        return Draft(torch.tensor(tokens), torch.tensor(parents))
+
+
+def drive_tree(proposer: RunningAcceptance, next_token, passes: int, tree=(3, 2, 6)) -> list[int]:
+    """`drive` for trees: the target walks down the tree while a child is its token; returns each pass's node count."""
+    tokens, sizes = [0], []
+    proposer.reset()
+    for _ in range(passes):
+        draft = proposer.propose(DecodeState(torch.tensor([tokens])), DraftShape(tree=tree), Sampling())
+        sizes.append(len(draft))
+        node, parents = -1, draft.parents.tolist() if len(draft) else []
+        while True:
+            child = next((i for i, p in enumerate(parents) if p == node and
+                          int(draft.tokens[i]) == next_token(len(tokens))), None)
+            if child is None:
+                break
+            tokens.append(int(draft.tokens[child]))
+            node = child
+        tokens.append(next_token(len(tokens)))
+    return sizes
+
+
+TREE_COST = {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.2, 5: 1.3, 7: 1.5}  # t(n)/t(1) at the tree sizes (2, 4, 6 nodes) + 1
+
+
+def test_a_tree_the_target_always_rejects_shrinks_to_plain_steps_with_depth_one_probes():
+    inner = ScriptedTree(7)
+    sizes = drive_tree(RunningAcceptance(inner, 4, TREE_COST, tree=(3, 2, 6)), lambda position: 3, passes=80)
+    assert inner.asked[0] == 3 and sizes[0] == 6  # the optimistic start drafts the whole tree
+    assert 0 in sizes[:10]  # then, its running acceptance below what t(3) = 1.1 t(1) needs, plain steps
+    after = sizes[sizes.index(0):]
+    assert set(after) == {0, 2} and sum(n > 0 for n in after) < 8  # probes: the depth-1 level, spaced out
+    assert set(inner.asked[inner.asked.index(1):]) == {1}
+
+
+def test_a_tree_the_target_always_accepts_keeps_its_depth_and_a_half_right_one_gets_shallower():
+    assert drive_tree(RunningAcceptance(ScriptedTree(3), 4, TREE_COST, tree=(3, 2, 6)), lambda p: 3, 20) == [6] * 20
+    # the target takes the first token of each draft and then another: depth 1 pays, deeper levels do not
+    inner = ScriptedTree(3)
+    drive_tree(RunningAcceptance(inner, 4, TREE_COST, tree=(3, 2, 6)), lambda p: 3 if p % 2 else 5, 30)
+    assert inner.asked[0] == 3 and set(inner.asked[-10:]) == {1}
+
+
+def test_tree_nodes_counts_what_an_eagle2_tree_keeps():
+    from draftsmith.drafters.tree import dynamic_tree
+
+    def grow(node_ids, tokens, parents):
+        return torch.log_softmax(torch.randn(len(node_ids), 50, generator=torch.Generator().manual_seed(1)), -1)
+
+    root = torch.log_softmax(torch.randn(50), -1)
+    for depth, top_k, total in [(1, 3, 10), (2, 3, 10), (3, 3, 30), (4, 2, 9), (5, 4, 8)]:
+        assert len(dynamic_tree(root, grow, depth, top_k, total)[0]) == tree_nodes(depth, top_k, total)
+
+
+class Block(Scripted):
+    """A block drafter: one forward (taking `call_s`) drafts every position, whatever the length asked."""
+
+    drafts_in_one_forward = True
+
+    def __init__(self, token: int, call_s: float):
+        super().__init__(token)
+        self.call_s = call_s
+
+    def propose(self, state, shape, sampling):
+        time.sleep(self.call_s)
+        return super().propose(state, shape, sampling)
+
+
+def test_a_block_drafter_is_charged_per_forward_not_per_token():
+    # a block drafter's one forward drafts every position: a block of 1 costs what a block of 4 does. Charged per
+    # token, as a chain drafter is, a block measured at 4 tokens would make a 1-token block look 4 times cheaper.
+    seconds = {n: 0.010 + 0.0002 * (n - 1) for n in range(1, 6)}
+    block, chain = RunningAcceptance(Block(3, 0.008), 4, seconds), RunningAcceptance(Timed(3, 0.002), 4, seconds)
+    assert drive(block, lambda position: 3, 6) == drive(chain, lambda position: 3, 6) == [4] * 6
+    assert block.draft_cost(1) == pytest.approx(block.draft_cost(4)) and 0.008 <= block.draft_cost(1) < 0.03
+    assert chain.draft_cost(4) == pytest.approx(4 * chain.draft_cost(1)) and 0.008 <= chain.draft_cost(4) < 0.03
+    assert block.draft_cost(0) == chain.draft_cost(0) == 0.0
+
+
+KINDS = {  # every trained kind, untrained and perturbed: its drafts are mostly rejected on this target
+    "eagle3": lambda t: eagle.create(eagle.Config(), t),
+    "eagle1": lambda t: eagle.create(eagle.Config(variant="eagle1"), t),
+    "peagle": lambda t: eagle.create(eagle.Config(variant="peagle", ttt_steps=3), t),
+    "mtp": lambda t: mtp.create(mtp.Config(num_modules=3), t),
+    "medusa": lambda t: medusa.create(medusa.Config(num_heads=3), t),
+    "dflash": lambda t: dflash.create(dflash.Config(block_size=4, num_target_layers=2), t),
+    "dspark": lambda t: dflash.create(dflash.Config(variant="dspark", block_size=4, num_target_layers=2,
+                                                    markov_rank=4), t),
+    "draft_lm": lambda t: draft_lm.create(draft_lm.Config(num_layers=1), t),
+}
+SHAPES = {"chain": DraftShape(3), "tree": DraftShape(tree=(3, 2, 4))}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_kind_decodes_greedy_output_exactly_under_the_fallback_and_drafts_less(tiny_llama, kind, shape):
+    torch.manual_seed(0)
+    drafter = KINDS[kind](tiny_llama)
+    with torch.no_grad():  # fresh Medusa heads and draft LMs start from the target's parts: make every kind a poor one
+        for parameter in drafter.parameters():
+            if parameter.dtype.is_floating_point:
+                parameter.add_(torch.randn_like(parameter) * 0.5)
+    cost = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 8)}
+    full, wrapped = drafter.proposer(tiny_llama), RunningAcceptance(drafter.proposer(tiny_llama), 3, cost,
+                                                                   tree=SHAPES[shape].tree)
+    prompt = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    plain = plain_generate(tiny_llama, prompt, Sampling(), 30, set()).tokens
+    whole = speculative_generate(tiny_llama, full, prompt, SHAPES[shape], Sampling(), 30, set())
+    adaptive = speculative_generate(tiny_llama, wrapped, prompt, SHAPES[shape], Sampling(), 30, set())
+    assert adaptive.tokens == whole.tokens == plain
+    drafted = [c.drafted for c in adaptive.cycles]
+    assert drafted[0] > 0 and 0 in drafted, "a rejected drafter falls back to plain steps"
+    assert sum(drafted) < sum(c.drafted for c in whole.cycles)
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("fallback")
@@ -150,10 +275,33 @@ def test_eval_falls_back_by_default_for_eagle_chains_and_not_when_told(folders, 
         assert ("fallback" in results["drafter"]) == expected and results["lossless"]["identical"] == 2
 
 
-@pytest.mark.parametrize("flags", [["--drafter", "prompt-lookup"], ["--tree", "2,2,4"]], ids=["lookup", "tree"])
-def test_fallback_is_refused_where_lengths_are_not_the_drafters_to_choose(folders, tmp_path, flags, capsys):
+def test_eval_falls_back_by_default_for_trees_too(folders, tmp_path):
     name, root = folders
-    drafter = [] if "--drafter" in flags else ["--drafter", str(root / "eagle")]
-    assert main(["eval", "--target", name, *drafter, *flags, "--fallback", "true", "--prompts", str(root / "prompts.jsonl"),
-                 "--out", str(tmp_path / "e")]) == 2
-    assert "--fallback is for trained drafters drafting chains" in capsys.readouterr().err
+    out = tmp_path / "tree"
+    assert main(["eval", "--target", name, "--drafter", str(root / "eagle"), "--tree", "2,2,4", "--prompts",
+                 str(root / "prompts.jsonl"), "--num-prompts", "2", "--max-new-tokens", "12",
+                 "--no-transformers-baseline", "--no-small-batch-linear", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert "fallback" in results["drafter"] and results["lossless"]["identical"] == 2
+
+
+@pytest.mark.parametrize("drafter", ["prompt-lookup", "suffix", "hybrid"])
+def test_fallback_is_refused_where_lengths_are_not_the_drafters_to_choose(folders, tmp_path, drafter, capsys):
+    name, root = folders
+    spec = f"hybrid:{root / 'eagle'}" if drafter == "hybrid" else drafter
+    assert main(["eval", "--target", name, "--drafter", spec, "--fallback", "true", "--prompts",
+                 str(root / "prompts.jsonl"), "--out", str(tmp_path / "e")]) == 2
+    assert "--fallback is for trained drafters" in capsys.readouterr().err
+
+
+def test_one_rule_says_which_drafters_fall_back_by_default(folders):
+    from draftsmith.eval.command import EvalConfig, falls_back
+    from draftsmith.eval.runner import falls_back_by_default
+
+    name, root = folders
+    assert falls_back_by_default(str(root / "eagle")) and falls_back_by_default("hf:some/model")
+    assert not any(falls_back_by_default(spec) for spec in ("prompt-lookup", "suffix", f"hybrid:{root / 'eagle'}"))
+    config = EvalConfig(target=name, drafter=str(root / "eagle"), out="o")
+    assert falls_back(config) and not falls_back(EvalConfig(target=name, drafter=str(root / "eagle"), out="o",
+                                                            save_traces=True))
+    assert not falls_back(EvalConfig(target=name, drafter=str(root / "eagle"), out="o", fallback=False))

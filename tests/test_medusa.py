@@ -529,7 +529,7 @@ def test_greedy_decoding_with_the_confidence_cut_is_token_identical_to_the_plain
 
 
 def test_eval_turns_the_cut_on_for_a_medusa_folder_and_refuses_it_where_there_are_no_confidences(tiny_qwen3, tmp_path):
-    from draftsmith.drafters import dflash
+    from draftsmith.drafters import draft_lm
     from draftsmith.eval.runner import load_drafter
 
     target = frozen(tiny_qwen3)
@@ -537,9 +537,9 @@ def test_eval_turns_the_cut_on_for_a_medusa_folder_and_refuses_it_where_there_ar
     proposer = load_drafter(str(tmp_path / "heads"), target, confidence_cut=True)
     assert proposer.confidence_cut and set(proposer.verify_cost) == {1, 2, 3}  # measured at load: t(1..heads+1)
     assert not load_drafter(str(tmp_path / "heads"), target).confidence_cut  # the folder's own setting (off)
-    dflash.create(dflash.Config(block_size=4), target).save_pretrained(tmp_path / "dflash")
+    draft_lm.create(draft_lm.Config(num_layers=1), target).save_pretrained(tmp_path / "draft-lm")
     with pytest.raises(DraftsmithError, match="no confidences to cut its drafts by"):
-        load_drafter(str(tmp_path / "dflash"), target, confidence_cut=True)
+        load_drafter(str(tmp_path / "draft-lm"), target, confidence_cut=True)
 
 
 @pytest.mark.parametrize("form", ["narrow", "packed", "onednn"])

@@ -6,11 +6,14 @@ committed token T-1 and the context covers positions < T-1, exactly the training
 depend on c only (not on the block), so the proposer caches them per layer and rolls them back by comparing its
 tokens with `state.tokens`.
 
-DSpark walks the block left to right, adding at each position the Markov bias of the token drafted before it, and
-cuts the block by `draftsmith.cost.StoppingRule` read off the verify-cost curve t(n): position k is drafted only
+Both cut the block by `draftsmith.cost.StoppingRule` read off the verify-cost curve t(n): position k is drafted only
 if, projecting its own confidence onto the positions after it, some length >= k gives more expected tokens per
-unit of verify cost than stopping before k. The rule looks at confidences 1..k only, which depend on tokens
-before k, so whether a token is drafted never depends on that token and sampling stays lossless.
+unit of verify cost than stopping before k. DSpark's confidence is its confidence head's, and it walks the block
+left to right, adding at each position the Markov bias of the token drafted before it; DFlash's is the top
+probability of position k's distribution (DSpark's cut generalised: what EAGLE, MTP and Medusa chains are cut by).
+The rule looks at confidences 1..k only, which depend on tokens before k (DFlash's on none), so whether a token is
+drafted never depends on that token and sampling stays lossless. A block of any length up to B - 1 costs one
+forward (`drafts_in_one_forward`), so the fallback (`drafters.fallback`) charges its drafting per call.
 """
 
 from __future__ import annotations
@@ -60,11 +63,12 @@ class BlockDrafter(Protocol):
 class DFlashProposer(CutsDrafts, CachedProposer):
     """One forward per cycle: block [x_{T-1}, MASK...] at T-1 over cached context keys of positions < T-1."""
 
+    drafts_in_one_forward = True  # a block of any length is one forward (drafters.fallback charges it per call)
+
     def __init__(self, drafter: BlockDrafter, generator: torch.Generator | None = None):
         self.drafter, self.generator = drafter.eval(), generator
         self.required_layers = list(drafter.layer_ids)
-        self.can_cut = drafter.dspark  # DSpark's confidence head (see CutsDrafts)
-        self.confidence_cut = drafter.dspark and drafter.config.confidence_cut
+        self.confidence_cut = drafter.config.confidence_cut  # DSpark's head, DFlash's top probabilities (module doc)
         self.longest_draft = drafter.config.block_size - 1
         self.reset()
 
@@ -118,14 +122,15 @@ class DFlashProposer(CutsDrafts, CachedProposer):
 
     @torch.no_grad()
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:
-        """min(length, B-1) tokens from one forward: greedy, or each sampled from its own q (lossless). DSpark
-        walks the block adding each position's Markov bias and stops where its confidences stop paying."""
+        """min(length, B-1) tokens from one forward: greedy, or each sampled from its own q (lossless), cut where the
+        confidences stop paying (module doc). DSpark walks the block adding each position's Markov bias."""
         if shape.tree is not None:
             return self.tree(state, *shape.tree)
         drafter = self.drafter
         hidden = self.block_hidden(state)[1 : 1 + shape.length]
         logits = drafter.logits(hidden)
         if not drafter.dspark:
+            logits = logits[: self._kept(logits)]
             if sampling.greedy:
                 return Draft(self.rows.to_target(logits.argmax(-1)).cpu())
             # Block positions do not see each other's draft, so each q_k is the full law of x_k given the prefix.
@@ -156,6 +161,14 @@ class DFlashProposer(CutsDrafts, CachedProposer):
         root = children(0, state.tokens[0, -1:].to(logits.device))[0]
         rows, parents, _ = dynamic_tree(root, grow, len(logits), top_k, total_tokens)
         return Draft(self.rows.to_target(rows), parents)
+
+    def _kept(self, logits: torch.Tensor) -> int:
+        """DFlash: how many leading block positions (of `logits` [k, N]) pay under the stopping rule, each position's
+        confidence its top probability (no rule: all)."""
+        rule = self.stopping_rule(len(logits))
+        if rule is None:
+            return len(logits)
+        return next((k for k, row in enumerate(logits) if not rule.keep_step(row)), len(logits))
 
     def _walk(self, hidden, logits, anchor, sampling: Sampling) -> Draft:
         """DSpark: position k's logits plus the Markov bias of the token drafted before it, left to right."""

@@ -169,6 +169,8 @@ class ParallelEagleProposer(EagleProposer):
     positions committed since the last pass and k - 1 mask rows after them. Position j's distribution does not
     depend on the tokens drafted before it, so a tree is built from the k distributions, as for Medusa heads."""
 
+    drafts_in_one_forward = True  # any chain length is one forward (drafters.fallback charges it per call)
+
     def __init__(self, drafter: StepDrafter, target, generator: torch.Generator | None = None):
         super().__init__(drafter, target, generator)
         self.longest_draft = drafter.config.ttt_steps  # the positions it was trained to draft

@@ -71,13 +71,14 @@ class EvalConfig:
     --draft-length (a long suffix match beside a short chain of the drafter); 0 = --draft-length for both"""
     confidence_cut: bool | None = None
     """trained drafters that can cut their chains where their confidences stop paying for the target's verify
-    cost (DSpark, Medusa heads, EAGLE and MTP chains; the cost curve is measured first, a few seconds, not timed):
-    true or false overrides the drafter's own setting (EAGLE and MTP: off); null keeps it"""
+    cost (DSpark and DFlash blocks, Medusa heads, EAGLE and MTP chains; the cost curve is measured first, a few
+    seconds, not timed): true or false overrides the drafter's own setting (EAGLE and MTP: off); null keeps it"""
     fallback: bool | None = None
-    """trained chain drafters: choose each draft's length, 0 (a plain step) up to --draft-length, from the acceptance
-    so far in the request and the measured verify and draft costs (draftsmith.drafters.fallback), so a drafter that
-    does not pay on some prompts falls back towards plain decoding there; null = on for EAGLE and MTP chains
-    (not with --save-traces, whose traces are of fixed lengths); false = always the full length"""
+    """trained drafters (EAGLE-1/3, P-EAGLE, MTP, Medusa, DFlash, DSpark, draft LMs, hf:): choose each chain's or
+    block's length, 0 (a plain step) up to --draft-length, or each tree's depth up to --tree's, from the acceptance so
+    far in the request and the measured verify and draft costs (draftsmith.drafters.fallback), so a drafter that does
+    not pay on some prompts falls back towards plain decoding there, with probes to come back; null = on for every
+    trained drafter (not with --save-traces, whose traces are of fixed lengths); false = always the full length"""
     small_batch_linear: bool = True
     """CPU: time torch's linear layers against W·xᵀ and (float32 weights) MKL's packed GEMM and oneDNN's reordered
     linear on the target's weights for 1..16-row inputs and prompts of 32, 128 and 512 rows (a few seconds, not
@@ -173,7 +174,7 @@ def check_arguments(config: EvalConfig) -> None:
     from pathlib import Path
 
     from draftsmith.eval.prompts import read_conversations
-    from draftsmith.eval.runner import drafter_kind
+    from draftsmith.eval.runner import drafter_kind, falls_back_by_default
 
     from draftsmith.data.templates import resolve_chat_template
 
@@ -183,11 +184,12 @@ def check_arguments(config: EvalConfig) -> None:
     resolve_device(config.device)  # 'cuda' on a machine without a GPU fails here
     suffix_config(config).validate()
     if drafter_kind(config.drafter) in ("prompt-lookup", "suffix", "hf", "draft_lm") and config.confidence_cut is not None:
-        raise DraftsmithError("--confidence-cut is for trained drafters with confidences (DSpark, Medusa, EAGLE, MTP); "
+        raise DraftsmithError("--confidence-cut is for trained drafters with confidences (EAGLE, MTP, Medusa, DFlash, DSpark); "
                               "prompt lookup's length is --adaptive-lookup.")
-    if config.fallback and (config.tree is not None or drafter_kind(config.drafter) in FALLBACK_REFUSED):
-        raise DraftsmithError("--fallback is for trained drafters drafting chains (EAGLE, MTP, Medusa, DFlash, draft "
-                              "LMs); prompt lookup and suffix drafts choose their own lengths, and trees their shape.")
+    if config.fallback and not falls_back_by_default(config.drafter):
+        raise DraftsmithError("--fallback is for trained drafters (EAGLE, MTP, Medusa, DFlash, DSpark, draft LMs, "
+                              "hf:); prompt lookup and suffix drafts choose their own lengths, and a hybrid weighs its "
+                              "drafter by its own running acceptance.")
     if config.hybrid_drafter_length and (config.tree is not None or drafter_kind(config.drafter) != "hybrid"):
         raise DraftsmithError("--hybrid-drafter-length is for hybrid:DRAFTER chains (trees set their own shape).")
     resolve_chat_template(config.chat_template)  # a template file that does not exist fails here
@@ -220,16 +222,13 @@ def _save_traces(config: EvalConfig, target, proposer, prompts, runs, sampling) 
     print(f"traces: {path}")
 
 
-FALLBACK_REFUSED = ("prompt-lookup", "suffix", "hybrid", "hf")
-
-
 def falls_back(config: EvalConfig) -> bool:
-    """Whether the drafter's chain lengths follow its running acceptance (EvalConfig.fallback)."""
-    from draftsmith.eval.runner import drafter_kind
+    """Whether the drafter's chain, block or tree sizes follow its running acceptance (EvalConfig.fallback)."""
+    from draftsmith.eval.runner import falls_back_by_default
 
     if config.fallback is not None:
         return config.fallback
-    return config.tree is None and not config.save_traces and drafter_kind(config.drafter) in ("eagle", "mtp")
+    return not config.save_traces and falls_back_by_default(config.drafter)
 
 
 def evaluate_and_report(config: EvalConfig, target=None) -> dict:
@@ -269,7 +268,7 @@ def evaluate_and_report(config: EvalConfig, target=None) -> dict:
                                 draft_length=max([config.draft_length, *parse_lengths(config.draft_lengths)]),
                                 suffix_config=suffix_config(config),
                                 draft_budget=budget if config.adaptive_lookup else None,
-                                fallback=falls_back(config),
+                                fallback=falls_back(config), tree=config.tree_shape(),
                                 hybrid_drafter_length=config.hybrid_drafter_length or None)
         drafting = small_batch.install_on_proposer(proposer, target, rows)
         shape = DraftShape(length=config.draft_length, tree=config.tree_shape())

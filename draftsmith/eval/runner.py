@@ -57,10 +57,22 @@ def drafter_kind(spec: str) -> str:
     return readers.expectations(folder).kind
 
 
+FALLBACK_KINDS = ("eagle", "mtp", "medusa", "dflash", "draft_lm", "hf")
+"""drafter kinds (`drafter_kind`) whose drafts the running-acceptance fallback can shorten: every trained kind
+(EAGLE-1/3, P-EAGLE, MTP, Medusa-1/2, DFlash, DSpark, draft LMs) and an hf: draft model. Prompt lookup and suffix
+drafts choose their own lengths, and a hybrid weighs its drafter by its own running acceptance (`drafters.hybrid`)."""
+
+
+def falls_back_by_default(spec: str) -> bool:
+    """Whether a drafter's chains, blocks and trees follow its running acceptance unless told otherwise: the one rule
+    of `draftsmith eval`, the recipes' reports and the benches (every kind in FALLBACK_KINDS)."""
+    return drafter_kind(spec) in FALLBACK_KINDS
+
+
 def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adaptive_length: int | None = None,
                  confidence_cut: bool | None = None, draft_length: int | None = None, suffix_config=None,
                  draft_budget: int | None = None, fallback: bool = False,
-                 hybrid_drafter_length: int | None = None) -> Proposer:
+                 hybrid_drafter_length: int | None = None, tree: tuple[int, int, int] | None = None) -> Proposer:
     """Turn a `--drafter` value into a Proposer: prompt-lookup, suffix, hf:<model>, a trained drafter folder, or
     hybrid:<folder or hf:model>.
 
@@ -72,8 +84,9 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
     `suffix_config` (`drafters.suffix.Config`): suffix drafting alone and in hybrids; `draft_budget`: the nodes of
     one draft (chain length or tree total) up to which they measure the verify-cost curve their cuts and the
     hybrid's skip decision read (None: not measured; suffix drafts keep their full size, the drafter always runs).
-    `fallback`: a trained drafter's chains of up to `draft_length` take the length their running acceptance in the
-    request pays for, 0 = a plain step (`draftsmith.drafters.fallback`; the cost curve is measured now).
+    `fallback`: a trained drafter's chains and blocks of up to `draft_length` (trees: of `tree`'s depth) take the
+    length (depth) their running acceptance in the request pays for, 0 = a plain step (`draftsmith.drafters.fallback`;
+    the cost curve is measured now, for the chains and for each depth of `tree`, (depth, top_k, total_tokens)).
     `hybrid_drafter_length`: a hybrid's drafter drafts chains of at most this many tokens while its suffix
     candidates take the whole draft length (None: the draft length for both)."""
     kind = drafter_kind(spec)
@@ -99,7 +112,8 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
     if kind == "hf":
         from draftsmith.drafters import draft_lm
 
-        return draft_lm.load_proposer(spec[3:], target)
+        proposer = draft_lm.load_proposer(spec[3:], target)
+        return with_fallback(proposer, target, kind, draft_length, tree) if fallback else proposer
     from draftsmith.export import readers
     from draftsmith.hub import drafter_folder
 
@@ -107,16 +121,22 @@ def load_drafter(spec: str, target, max_ngram: int = 3, min_ngram: int = 1, adap
     if confidence_cut is not None:
         if not proposer.can_cut:
             raise DraftsmithError(f"--confidence-cut: this {kind} drafter has no confidences to cut its drafts by "
-                                  "(DSpark, Medusa, EAGLE and MTP drafters do).")
+                                  "(EAGLE, MTP, Medusa, DFlash and DSpark drafters do).")
         proposer.confidence_cut = confidence_cut
     if proposer.wants_verify_cost:  # a confidence cut reads the verify-cost curve
         _calibrate(proposer, target, kind, max(draft_length or 0, proposer.longest_draft))
-    if fallback:
-        from draftsmith.drafters.fallback import RunningAcceptance
+    return with_fallback(proposer, target, kind, draft_length, tree) if fallback else proposer
 
-        proposer = RunningAcceptance(proposer, draft_length or 4)
-        _calibrate(proposer, target, f"{kind} fallback", proposer.longest_draft)
-    return proposer
+
+def with_fallback(proposer: Proposer, target, name: str, draft_length: int | None,
+                  tree: tuple[int, int, int] | None = None) -> Proposer:
+    """`proposer` under the running-acceptance fallback (`load_drafter`'s `fallback`) for chains of up to
+    `draft_length` (None: 4) and trees of `tree`'s shape, its cost curve measured now (printed under `name`)."""
+    from draftsmith.drafters.fallback import RunningAcceptance
+
+    fallen = RunningAcceptance(proposer, draft_length or 4, tree=tree)
+    _calibrate(fallen, target, f"{name} fallback", fallen.longest_draft)
+    return fallen
 
 
 def _calibrate(proposer, target, name: str, *longest: int) -> None:
