@@ -11,8 +11,9 @@ short probe measures its training tokens/s, it trains for about --minutes of wal
 seconds per step), and its held-out accuracy per step or head is read from its last validation.
 Then the same HumanEval prompts are decoded at T=0, interleaved prompt by prompt, with our plain loop,
 transformers generate(), our prompt lookup, suffix matching, every family as a chain (--draft-length) and as an
-EAGLE-2 tree (--tree), the hybrid of suffix matching and a family's drafter (--hybrid; by default the first family),
-and a draft LM also in generate(assistant_model=...). Medusa-2 heads are verified by their
+EAGLE-2 tree (--tree), each under the running-acceptance fallback as `draftsmith eval` decodes it (lengths and depths
+down to plain steps with probes; --fallback false: whole chains and trees), the hybrid of suffix matching and a
+family's drafter (--hybrid; by default the first family), and a draft LM also in generate(assistant_model=...). Medusa-2 heads are verified by their
 tuned target, whose plain loop runs too: their outputs must equal it, and how often it equals the original
 target's is printed. Printed per method: tokens/s, τ, per-position acceptance, draft-time fraction, the drafter's cost per drafted token over the target's per
 token, speedup vs our plain loop and vs generate(), outputs identical to plain; per family: training
@@ -21,7 +22,8 @@ LM its parameters, one cached step against the target's and its lm_head's share 
 peak RSS of the whole run. --family adds a decoded run of a recipe with overrides under its own name (DFlash at
 B = 16, EAGLE-3 with a chain of 7); --variant adds an A/B run of one recipe option (trained at the same budget,
 compared on held-out accuracy, not decoded); --dynamic also decodes a Medusa family's dynamic tree. A drafter that cuts its drafts by confidence under the verify-cost
-curve (DSpark; EAGLE, MTP and Medusa with --cut) is calibrated on the target and also decoded uncut, drafting whole chains. Per method also the drafter's
+curve (DSpark and DFlash; EAGLE, MTP and Medusa with --cut) is calibrated on the target and also decoded uncut,
+drafting whole chains without the fallback. Per method also the drafter's
 milliseconds per verify cycle; per family its held-out accuracy per step, head or block position beside the τ it
 implies and the τ decoded. Results go to OUT/bench.json.
 """
@@ -52,7 +54,9 @@ from draftsmith import small_batch  # noqa: E402
 from draftsmith.eval.decoder import eos_ids, plain_generate, speculative_generate  # noqa: E402
 from draftsmith.eval.prompts import load_prompts  # noqa: E402
 from draftsmith.drafters.suffix import Config as SuffixConfig  # noqa: E402
-from draftsmith.eval.runner import assisted_model, environment, hf_generate, load_drafter  # noqa: E402
+from draftsmith.eval.runner import (  # noqa: E402
+    assisted_model, environment, falls_back_by_default, hf_generate, load_drafter, with_fallback,
+)
 from draftsmith.train import pipeline  # noqa: E402
 from draftsmith.train.config import TrainConfig  # noqa: E402
 from draftsmith.train.recipe import TrainRecipe  # noqa: E402
@@ -83,8 +87,12 @@ parser.add_argument("--trees", nargs="*", default=None, metavar="FAMILY",
                     help="the families also decoded as a tree (default: all; none: --trees with no names)")
 parser.add_argument("--cut", nargs="*", default=[], metavar="FAMILY",
                     help="families (EAGLE, MTP, Medusa heads) also decoded with their chains cut by confidence under the "
-                         "verify-cost curve; a family whose drafter cuts by default (DSpark) always is. Each such family is "
-                         "decoded cut ('chain (L)') and uncut ('chain (L), uncut')")
+                         "verify-cost curve; a family whose drafter cuts by default (DSpark, DFlash) always is. Each "
+                         "such family is decoded cut ('chain (L)') and uncut ('chain (L), uncut')")
+parser.add_argument("--fallback", choices=["true", "false"], default=None,
+                    help="chains and trees of every family follow their running acceptance, down to plain steps with "
+                         "probes (draftsmith.drafters.fallback); default: `draftsmith eval`'s rule (on for every "
+                         "trained family, eval.runner.falls_back_by_default)")
 parser.add_argument("--dynamic", nargs="*", default=[], metavar="FAMILY",
                     help="Medusa families also decoded with EAGLE-2's dynamic tree over the heads' probabilities beside "
                          "their static tree (grown from held-out rank accuracies): 'tree (SHAPE), dynamic'")
@@ -204,9 +212,13 @@ for family, info in families.items():
     if info["variant"]:
         continue
     small_batch.install_on_proposer(proposer, target, rows)
-    shapes = [(f"chain ({info['draft_length']})", chain, proposer)]  # (label, shape, the drafter drafting it)
+    info["fallback"] = falls_back_by_default(info["folder"]) if args.fallback is None else args.fallback == "true"
+    drafting = proposer  # what drafts the chains and trees: the drafter under the fallback, as `draftsmith eval` has it
+    if info["fallback"]:
+        drafting = with_fallback(proposer, target, family, info["draft_length"], tree.tree)
+    shapes = [(f"chain ({info['draft_length']})", chain, drafting)]  # (label, shape, the drafter drafting it)
     if args.trees is None or family in args.trees:
-        shapes.append((f"tree ({args.tree})", tree, proposer))
+        shapes.append((f"tree ({args.tree})", tree, drafting))
     if family in args.dynamic and getattr(proposer, "static", None):  # static against dynamic, the same heads
         dynamic = copy.copy(proposer)
         dynamic.static = None

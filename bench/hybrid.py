@@ -9,7 +9,7 @@
 One process, one target, every prompt decoded by each method in alternating order (no method always first), T = 0:
 our plain loop; suffix matching alone (chains of up to --suffix-length, each cut to what pays for the measured
 verify cost: the curve the hybrid calibrated, so that the two read one measurement); the drafter alone (chains of
---draft-length, with the running-acceptance fallback that `draftsmith eval` gives EAGLE and MTP chains); and the
+--draft-length, with the running-acceptance fallback that `draftsmith eval` gives every trained drafter); and the
 hybrid (suffix candidates of up to --suffix-length merged with the drafter's chain of up to --draft-length in one
 tree per verify pass, the drafter skipped where a confident match makes it not worth its draft time, and each
 pass's chain length and suffix nodes those that pay for their cost). As
@@ -63,7 +63,7 @@ def main() -> None:
     from draftsmith.drafters.suffix import Config as SuffixConfig
     from draftsmith import small_batch
     from draftsmith.eval.prompts import load_prompts
-    from draftsmith.eval.runner import drafter_kind, load_drafter, per_category
+    from draftsmith.eval.runner import falls_back_by_default, load_drafter, per_category
     from draftsmith.target import load_target
 
     from common import beside_plain, decode_interleaved, method_rows
@@ -73,7 +73,7 @@ def main() -> None:
     prompts = load_prompts(args.prompts, target, args.num_prompts, answer_tokens=args.max_new_tokens)
     tuned = small_batch.tune_and_install(target.model)  # before the proposers measure their costs
     rows = tuned["rows"]
-    fallback = drafter_kind(args.drafter) in ("eagle", "mtp")  # what `draftsmith eval` does for these chains
+    fallback = falls_back_by_default(args.drafter)  # what `draftsmith eval` does for this drafter
     proposers = {
         "suffix": (load_drafter("suffix", target, suffix_config=SuffixConfig()), DraftShape(args.suffix_length)),
         "drafter": (load_drafter(args.drafter, target, draft_length=args.draft_length, fallback=fallback),
