@@ -223,11 +223,12 @@ class ReportSection:
     tree: str | None = None
     """tree drafts instead of chains: DEPTH,TOPK,TOTAL (e.g. 5,8,32)"""
     confidence_cut: bool | None = None
-    """cut each chain draft where the drafter's confidence stops paying for the target's measured verify cost
-    (`draftsmith eval --confidence-cut`); null = the drafter's own setting (on for DSpark, off otherwise)"""
+    """cut each chain or block draft where the drafter's confidence stops paying for the target's measured verify cost
+    (`draftsmith eval --confidence-cut`); null = the drafter's own setting (on for DSpark and DFlash, off otherwise)"""
     fallback: bool | None = None
-    """chain drafts: each of the length the drafter's acceptance so far in the request pays for, falling back towards
-    plain decoding where it does not (`draftsmith eval --fallback`); null = on for EAGLE and MTP chains"""
+    """chains, blocks and trees: each of the length (a tree: depth) the drafter's acceptance so far in the request
+    pays for, falling back towards plain decoding where it does not (`draftsmith eval --fallback`); null = on for every
+    trained drafter (the drafter method; suffix and hybrid choose their own lengths)"""
     transformers_baseline: bool = True
     """also time transformers generate() for speedup_vs_transformers"""
     methods: list[Literal["drafter", "suffix", "hybrid"]] = field(default_factory=lambda: ["drafter"])
