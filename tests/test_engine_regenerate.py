@@ -55,7 +55,9 @@ def test_the_engine_option_is_checked_and_a_missing_engine_venv_says_make_engine
     from draftsmith.data.prepared import PrepareConfig, prepare
 
     with pytest.raises(DraftsmithError, match="engines are vllm"):
-        PrepareConfig(engine="sglang").validate()
+        PrepareConfig(engine="sglang", regenerate=True).validate()
+    with pytest.raises(DraftsmithError, match="needs --regenerate"):
+        PrepareConfig(engine="vllm").validate()
     args = build_parser().parse_args(["prepare", "--regenerate", "--engine", "vllm", "--engine-eager"])
     config = from_flags(PrepareConfig, args)
     assert (config.engine, config.engine_eager, config.regenerate) == ("vllm", True, True)

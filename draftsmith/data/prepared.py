@@ -98,6 +98,9 @@ class PrepareConfig:
         if self.engine is not None and self.engine not in ENGINES:
             raise DraftsmithError(f"--engine {self.engine}: regeneration's engines are {', '.join(ENGINES)} "
                                   "(leave it unset for draftsmith's own loop).")
+        if self.engine and not self.regenerate:
+            raise DraftsmithError(f"--engine {self.engine} writes regenerated answers: it needs --regenerate "
+                                  "(prepare.regenerate: true).")
         if self.draft_vocab_size < 0:
             raise DraftsmithError(f"--draft-vocab-size counts tokens (0 = no vocabulary now), got {self.draft_vocab_size}.")
         if self.max_rows < 0 or self.max_rows_per_input < 0:
