@@ -256,10 +256,11 @@ def parse_arguments() -> argparse.Namespace:
                              "also drafts the tree and the hybrid; none: only suffix matching and prompt lookup")
     parser.add_argument("--steps", type=int, default=30, help="training steps per family (no time budget)")
     parser.add_argument("--set", nargs="*", metavar="SECTION.FIELD=VALUE",
-                        default=["prepare.max_minutes=0", "prepare.max_rows_per_input=16", "prepare.batch_size=8",
-                                 "prepare.max_new_tokens=64", "prepare.eval_fraction=0.25", "data.max_length=256"],
-                        help="overrides of every family's training (default: little data, bounded by rows, not "
-                             "minutes: a parity check needs drafters that draft, not good ones)")
+                        default=["prepare.input=[builtin:stdlib]", "prepare.regenerate=false",
+                                 "prepare.max_rows_per_input=16", "prepare.eval_fraction=0.25", "data.max_length=256"],
+                        help="overrides of every family's training (default: 16 rows of builtin:stdlib as they are, "
+                             "for every family, the default recipe's regenerated mix too: a parity check needs "
+                             "drafters that draft, not good ones, and regeneration costs minutes of CPU)")
     parser.add_argument("--retrain", action="store_true", help="train every family again, even where OUT has one")
     parser.add_argument("--prompt-sets", nargs="+", default=["builtin:suite", "humaneval"],
                         help="prompt sets decoded (the first --num-prompts of each)")
