@@ -10,9 +10,9 @@ and checked). The new side trains one small drafter per family (`draftsmith trai
 of its tree: --steps steps, no time budget, the recipe's data folders moved under OUT, --set on top; a family
 whose OUT/drafters/<family>/best exists is reused unless --retrain). Every method is then decoded by the old code and
 the new at the same time (two processes under the same load, so their speedups over their own plain loops compare)
-on the first --num-prompts of each prompt set, greedy: the hybrid of suffix matching and the first family, suffix
-matching, prompt lookup, the first family's chain and EAGLE-2 tree, then every other family's chain of its recipe's
-report length. Chains are whole (--fallback false, --confidence-cut false), suffix, prompt lookup and the hybrid do
+on the first --num-prompts of each prompt set, greedy: suffix matching and prompt lookup first, then each family as
+soon as it is trained: the first family in the hybrid with suffix matching, as a chain and as an EAGLE-2 tree, every
+other family as a chain of its recipe's report length. Chains are whole (--fallback false, --confidence-cut false), suffix, prompt lookup and the hybrid do
 not adapt their lengths or skip the drafter by measured cost (--no-adaptive-lookup), and torch's own linear layers
 run (--no-small-batch-linear: the small-batch forms are chosen by timing and round otherwise), so nothing a draft
 depends on is timed.
@@ -180,28 +180,24 @@ def train_family(tree: Path, family: str, out: Path, steps: int, extra: list[str
 
 
 # ----------------------------------------------------------------------------- methods, decoded on both sides
-def methods_of(families: dict, first: str, kinds: dict, draft_lengths: dict, tree: str, lookup: int) -> dict:
-    """method -> its `draftsmith eval` options (drafter and drafting flags): the hybrid bench's methods first (the
-    hybrid, suffix matching, prompt lookup, the first family's chain and tree), then every other family's chain."""
-    def chain(family: str) -> list[str]:
-        cut = [] if kinds[family] == "draft_lm" else ["--confidence-cut", "false"]
-        return ["--drafter", families[family]["folder"], "--draft-length", str(draft_lengths[family]), "--fallback",
-                "false", *cut]
+def training_free(lookup: int) -> dict:
+    """method -> its `draftsmith eval` options: suffix matching and prompt lookup, whole drafts of `lookup` tokens."""
+    return {"suffix": ["--drafter", "suffix", "--draft-length", str(lookup), "--no-adaptive-lookup"],
+            "prompt lookup": ["--drafter", "prompt-lookup", "--draft-length", str(lookup), "--no-adaptive-lookup"]}
 
-    methods = {}
-    if first in families:
-        methods[f"{first} hybrid"] = ["--drafter", f"hybrid:{families[first]['folder']}", "--draft-length",
-                                      str(lookup), "--hybrid-drafter-length", str(draft_lengths[first]),
-                                      "--no-adaptive-lookup", "--confidence-cut", "false"]
-    methods["suffix"] = ["--drafter", "suffix", "--draft-length", str(lookup), "--no-adaptive-lookup"]
-    methods["prompt lookup"] = ["--drafter", "prompt-lookup", "--draft-length", str(lookup), "--no-adaptive-lookup"]
-    if first in families:
-        methods[f"{first} chain ({draft_lengths[first]})"] = chain(first)
-        methods[f"{first} tree ({tree})"] = ["--drafter", families[first]["folder"], "--tree", tree,
-                                             "--confidence-cut", "false"]
-    for family in families:
-        methods.setdefault(f"{family} chain ({draft_lengths[family]})", chain(family))
-    return methods
+
+def methods_of(family: str, folder: str, kind: str, draft_length: int, first: bool, tree: str, lookup: int) -> dict:
+    """method -> its `draftsmith eval` options for one family's drafter: the first family in the hybrid with suffix
+    matching (suffix drafts of `lookup`, the drafter's chains of its length), as a chain and as a tree; any other
+    family as a chain. Chains are whole: no fallback, no confidence cut (a draft LM has no confidences)."""
+    cut = [] if kind == "draft_lm" else ["--confidence-cut", "false"]
+    chain = {f"{family} chain ({draft_length})": ["--drafter", folder, "--draft-length", str(draft_length),
+                                                  "--fallback", "false", *cut]}
+    if not first:
+        return chain
+    return {f"{family} hybrid": ["--drafter", f"hybrid:{folder}", "--draft-length", str(lookup),
+                                 "--hybrid-drafter-length", str(draft_length), "--no-adaptive-lookup", *cut],
+            **chain, f"{family} tree ({tree})": ["--drafter", folder, "--tree", tree, *cut]}
 
 
 def slug(text: str) -> str:
@@ -289,32 +285,44 @@ def main() -> None:
         for name, tree in trees.items():
             sides[name] = {"commit": revision_of(tree), "draftsmith": imported_from(tree)}
             print(f"{name}: {sides[name]['commit'][:8]} imports {sides[name]['draftsmith']}", flush=True)
-        trained = {family: train_family(new_tree, family, out, args.steps, args.set, args.retrain)
-                   for family in args.families}
-        families = {family: info for family, info in trained.items() if "error" not in info}
-        written = {family: recipe(new_tree, family) for family in families}
-        kinds = {family: (written[family].get("drafter") or {}).get("kind") for family in families}
-        lengths = {family: (written[family].get("report") or {}).get("draft_length", 4) for family in families}
-        methods = methods_of(families, (args.families or [None])[0], kinds, lengths, args.tree, args.lookup_length)
-        for family, info in trained.items():
+        def out_of_time() -> bool:
+            return bool(args.max_minutes) and time.monotonic() - began > args.max_minutes * 60
+
+        def decode_all(methods: dict) -> None:
+            """Decode every method on every prompt set on both sides at once (same load: timings compare)."""
+            for method, options in methods.items():
+                if args.methods is not None and not method.startswith(tuple(args.methods)):
+                    continue
+                for prompts in args.prompt_sets:
+                    if out_of_time():
+                        skipped.append(f"{method} | {prompts}")
+                        continue
+                    row = {"method": method, "prompts": prompts, "options": options}
+                    with ThreadPoolExecutor(2) as pool:
+                        decoding = {side: pool.submit(decode, tree, options, prompts,
+                                                      out / "eval" / side / slug(f"{method}-{prompts}"), args)
+                                    for side, tree in trees.items()}
+                    row.update({side: future.result() for side, future in decoding.items()})
+                    row["comparison"] = compare(row["old"], row["new"])
+                    rows[f"{method} | {prompts}"] = row
+                    print_table({f"{method} | {prompts}": row})
+
+        # what needs no training first, then each family trained and at once decoded: a run cut by --max-minutes
+        # keeps whole comparisons of what it reached
+        decode_all(training_free(args.lookup_length))
+        trained = {}
+        for index, family in enumerate(args.families):
+            if out_of_time():
+                trained[family] = {"error": "not trained: --max-minutes spent"}
+                continue
+            trained[family] = info = train_family(new_tree, family, out, args.steps, args.set, args.retrain)
             if "error" in info:
                 print(f"{family}: not trained, not decoded: {info['error']}", flush=True)
-        if args.methods is not None:
-            methods = {name: options for name, options in methods.items() if name.startswith(tuple(args.methods))}
-        for method, options in methods.items():
-            for prompts in args.prompt_sets:
-                if args.max_minutes and time.monotonic() - began > args.max_minutes * 60:
-                    skipped.append(f"{method} | {prompts}")
-                    continue
-                row = {"method": method, "prompts": prompts, "options": options}
-                with ThreadPoolExecutor(2) as pool:  # both sides at once, under the same load: timings compare
-                    decoding = {side: pool.submit(decode, tree, options, prompts,
-                                                  out / "eval" / side / slug(f"{method}-{prompts}"), args)
-                                for side, tree in trees.items()}
-                row.update({side: future.result() for side, future in decoding.items()})
-                row["comparison"] = compare(row["old"], row["new"])
-                rows[f"{method} | {prompts}"] = row
-                print_table({f"{method} | {prompts}": row})
+                continue
+            written = recipe(new_tree, family)
+            decode_all(methods_of(family, info["folder"], (written.get("drafter") or {}).get("kind"),
+                                  (written.get("report") or {}).get("draft_length", 4), index == 0, args.tree,
+                                  args.lookup_length))
     print_table(rows)
     if skipped:
         print(f"not decoded (--max-minutes {args.max_minutes:g} spent): " + ", ".join(skipped))

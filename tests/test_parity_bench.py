@@ -57,15 +57,15 @@ def test_the_record_keeps_cycles_as_a_count_and_a_hash():
 
 
 def test_every_method_decodes_whole_chains_without_adaptive_lengths():
-    families = {"eagle3": {"folder": "d/eagle3"}, "draft-lm": {"folder": "d/lm"}}
-    methods = parity.methods_of(families, "eagle3", {"eagle3": "eagle", "draft-lm": "draft_lm"},
-                                {"eagle3": 2, "draft-lm": 4}, "4,4,8", 10)
-    assert list(methods) == ["eagle3 hybrid", "suffix", "prompt lookup", "eagle3 chain (2)", "eagle3 tree (4,4,8)",
-                             "draft-lm chain (4)"]  # the hybrid bench's methods first
-    assert "--confidence-cut" not in methods["draft-lm chain (4)"]  # a draft LM has no confidences to cut by
-    assert methods["eagle3 hybrid"][:2] == ["--drafter", "hybrid:d/eagle3"]
-    for name in ("suffix", "prompt lookup", "eagle3 hybrid"):
-        assert "--no-adaptive-lookup" in methods[name]
+    first = parity.methods_of("eagle3", "d/eagle3", "eagle", 2, True, "4,4,8", 10)
+    assert list(first) == ["eagle3 hybrid", "eagle3 chain (2)", "eagle3 tree (4,4,8)"]
+    assert first["eagle3 hybrid"][:2] == ["--drafter", "hybrid:d/eagle3"]
+    assert first["eagle3 chain (2)"][-4:] == ["--fallback", "false", "--confidence-cut", "false"]
+    draft_lm = parity.methods_of("draft-lm", "d/lm", "draft_lm", 4, False, "4,4,8", 10)
+    assert list(draft_lm) == ["draft-lm chain (4)"]
+    assert "--confidence-cut" not in draft_lm["draft-lm chain (4)"]  # a draft LM has no confidences to cut by
+    for options in (first["eagle3 hybrid"], *parity.training_free(10).values()):
+        assert "--no-adaptive-lookup" in options
 
 
 def test_a_family_trains_in_folders_of_its_own_under_out():
