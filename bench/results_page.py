@@ -40,6 +40,11 @@ CANONICAL = {  # bench (its script's name) -> (title, table function, a command 
     "serving": ("Serving under load (serve-sim)", tables.serving, "python bench/serving.py --drafter DRAFTER"),
     "serving_engine": ("Serving under load: vLLM beside serve-sim, the same arrivals", tables.serving_engine,
                        "python bench/serving_engine.py --rates 0.25 0.5 1 2 --num-requests 40 --cap 4"),
+    "data_paths": ("The default recipe's data paths: tokens per data minute and the drafter on unseen prompts",
+                   tables.data_paths,
+                   "python bench/data_paths.py --num-prompts 20 --set prepare.max_minutes=3 train.max_minutes=0 "
+                   "train.max_steps=400 --arm templates --arm real 'prepare.input=[builtin:real]' --arm real-text "
+                   "'prepare.input=[builtin:real-text]' prepare.regenerate=false prepare.max_rows_per_input=180"),
     "regeneration": ("Regeneration: vLLM against our loop, the same rows", tables.regeneration,
                      "python bench/regeneration.py --rows 64 --max-new-tokens 128"),
     "feature_storage": ("Disk a feature capture takes", tables.feature_storage,

@@ -362,3 +362,26 @@ def serving_engine(result: dict) -> list[str]:
                     f"against the cost model's prefill {fmt(alone.get('cost_model_prefill_ms'), 0)} ms; engine plain "
                     f"TPOT p50 {fmt(alone.get('engine_plain_tpot_p50_ms'), 1)} ms against its decode pass "
                     f"{fmt(alone.get('cost_model_step_ms'), 1)} ms (b = 1).", ""]
+
+
+def data_paths(result: dict) -> list[str]:
+    """The default recipe's data paths side by side: trainable tokens per data minute, and each arm's drafter decoded
+    alone on hand-written and suite prompts."""
+    arms = result.get("arms", {})
+    sets = sorted({name for arm in arms.values() for name in arm.get("prompt_sets", {})})
+    lines = [f"Each arm is recipes/smollm2-135m/eagle3.yaml with `{' '.join(result.get('overrides') or [])}` and its own "
+             f"overrides; its drafter decodes the first {result.get('num_prompts')} prompts of each set, "
+             f"{result.get('max_new_tokens')} new tokens, greedy, chains with the report's fallback. Data minutes are "
+             "the prepare report's and the capture manifest's own seconds. One run, one seed.", ""]
+    rows = []
+    for name, arm in arms.items():
+        cells = []
+        for prompts in sets:
+            s = arm.get("prompt_sets", {}).get(prompts, {})
+            cells.append(f"τ {fmt(s.get('acceptance_length'), 2)}, α1 {fmt(s.get('first_position_acceptance'), 2)}, "
+                         f"{fmt(s.get('speedup'), 2, '×')}")
+        rows.append([name, " ".join(arm.get("overrides") or []) or "(as shipped)", fmt(arm.get("data_minutes"), 1),
+                     fmt(arm.get("trainable_tokens")), fmt(arm.get("tokens_per_data_minute")), fmt(arm.get("steps")),
+                     *cells])
+    return lines + table(["arm", "overrides", "data min", "trainable tokens", "tokens / data min", "steps",
+                          *[f"{prompts}: τ, α1, × plain" for prompts in sets]], rows) + [""]
