@@ -44,7 +44,7 @@ def test_prepare_builds_vocab_from_loss_masked_tokens(tmp_path, tiny_llama):
     assert counts[z] == 0 and counts[a] == 6 and counts[b] == 3  # user text is not counted
     assert int(counts.sum()) == report["trainable_tokens"] == 9
     assert load_draft_vocab(tmp_path / "out").target_ids().tolist() == sorted([a, b])
-    assert report["draft_vocab_coverage"] == 1.0
+    assert report["draft_vocab_train_coverage"] == 1.0
     assert len(load_prepared(tmp_path / "out")["train"]) == 3
 
 
@@ -64,7 +64,7 @@ def test_prepare_caps_the_vocab_at_the_distinct_tokens_the_data_has(tmp_path, ti
                             draft_vocab_size=2048)
     report = prepare(options, target=tiny_llama)
     assert report["draft_vocab_size"] == 2 and report["draft_vocab_size_requested"] == 2048
-    assert load_draft_vocab(tmp_path / "out").size == 2 and report["draft_vocab_coverage"] == 1.0
+    assert load_draft_vocab(tmp_path / "out").size == 2 and report["draft_vocab_train_coverage"] == 1.0
     print_prepare_report(report, options.out)
     assert "holds 2 tokens, not the 2048 asked for" in capsys.readouterr().out
     check_prepared_matches(report, options, tmp_path / "out" / "prepare_report.json")

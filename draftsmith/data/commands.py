@@ -59,7 +59,10 @@ def print_prepare_report(report: dict, out: str) -> None:
     keys = ("rows_read", "rows_kept", "rows_rejected", "rows_unanswered", "train_rows", "eval_rows", "tokens",
             "trainable_tokens", "truncated", "draft_vocab_coverage")
     print("  ".join(f"{key}={report[key]}" for key in keys if report.get(key) is not None))
-    if (report.get("draft_vocab_size") or 0) < (report.get("draft_vocab_size_requested") or 0):
+    requested = report.get("draft_vocab_size_requested")
+    if report.get("draft_vocab"):  # held-out coverage: the target's answers to prompts of every category
+        print(f"  draft vocabulary: {report['draft_vocab_size']} tokens ({report['draft_vocab']['why']})")
+    if isinstance(requested, int) and (report.get("draft_vocab_size") or 0) < requested:
         print(f"  the draft vocabulary holds {report['draft_vocab_size']} tokens, not the "
               f"{report['draft_vocab_size_requested']} asked for: that is every distinct trainable token of the "
               "training split (more data gives a larger one)")

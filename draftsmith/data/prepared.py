@@ -16,6 +16,7 @@ import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -78,10 +79,23 @@ class PrepareConfig:
     seeds, max_new_tokens, batches, budget and resumable cache (null = draftsmith's loop)"""
     engine_eager: bool = False
     """with engine: run vLLM without torch.compile (loads faster, decodes slower)"""
-    draft_vocab_size: int = 0
-    """also build a draft vocabulary of this many tokens (0 = later, from token_counts.safetensors). When the
-    training split holds fewer distinct trainable tokens (a small input, or a regeneration budget that answered few
-    rows), the vocabulary holds all of them and the report says so (draft_vocab_size against _requested)"""
+    draft_vocab_size: int | Literal["auto"] = 0
+    """also build a draft vocabulary of this many tokens (0 = later, from token_counts.safetensors), or auto = the
+    smallest size of 1024, 2048, ..., 32768 whose held-out coverage (the share of the target's own answer tokens to
+    held-out prompts that it holds) reaches draft_vocab_coverage_target in every category of draft_vocab_prompts.
+    When the training split holds fewer distinct trainable tokens (a small input, or a regeneration budget that
+    answered few rows), the vocabulary holds all of them and the report says so (draft_vocab_size against
+    _requested). Either way the report holds the held-out coverage curve (draft_vocab.curve)"""
+    draft_vocab_coverage_target: float = 0.95
+    """draft_vocab_size auto: the held-out coverage every category must reach"""
+    draft_vocab_prompts: list[str] = field(default_factory=lambda: ["builtin:suite", "builtin:handwritten"])
+    """held-out prompt sets whose categories the draft vocabulary's coverage is measured on (eval's --prompts
+    names: builtin:suite, builtin:handwritten, humaneval or a jsonl file)"""
+    draft_vocab_prompts_per_category: int = 3
+    """the first rows of each category of each prompt set the target answers to measure coverage (0 = none: the
+    eval split only; auto needs some)"""
+    draft_vocab_answer_tokens: int = 64
+    """longest greedy answer the target writes to each held-out prompt for the coverage measurement"""
     chat_template: str | None = None
     """chat template for conversation rows, as a Jinja string or a file holding one (null = the target's own;
     needed for a base model without one, unless the rows are plain text: {"text"} or {"prompt", "completion"})"""
@@ -101,8 +115,20 @@ class PrepareConfig:
         if self.engine and not self.regenerate:
             raise DraftsmithError(f"--engine {self.engine} writes regenerated answers: it needs --regenerate "
                                   "(prepare.regenerate: true).")
-        if self.draft_vocab_size < 0:
-            raise DraftsmithError(f"--draft-vocab-size counts tokens (0 = no vocabulary now), got {self.draft_vocab_size}.")
+        if self.draft_vocab_size != "auto" and self.draft_vocab_size < 0:
+            raise DraftsmithError(f"--draft-vocab-size counts tokens (0 = no vocabulary now) or is auto, got "
+                                  f"{self.draft_vocab_size}.")
+        if self.draft_vocab_size == "auto" and not (self.draft_vocab_prompts
+                                                    and self.draft_vocab_prompts_per_category > 0):
+            raise DraftsmithError("--draft-vocab-size auto chooses by coverage of held-out prompts: it needs "
+                                  "--draft-vocab-prompts and --draft-vocab-prompts-per-category above 0.")
+        if not 0.0 < self.draft_vocab_coverage_target <= 1.0:
+            raise DraftsmithError(f"--draft-vocab-coverage-target is a share in (0, 1], got "
+                                  f"{self.draft_vocab_coverage_target}.")
+        if self.draft_vocab_prompts_per_category < 0 or self.draft_vocab_answer_tokens < 1:
+            raise DraftsmithError("--draft-vocab-prompts-per-category counts rows (0 = none) and "
+                                  "--draft-vocab-answer-tokens tokens (at least 1), got "
+                                  f"{self.draft_vocab_prompts_per_category} and {self.draft_vocab_answer_tokens}.")
         if self.max_rows < 0 or self.max_rows_per_input < 0:
             raise DraftsmithError(f"--max-rows and --max-rows-per-input count rows (0 = all), got {self.max_rows} "
                                   f"and {self.max_rows_per_input}.")
@@ -209,12 +235,12 @@ def prepare(config: PrepareConfig, target=None) -> dict:
     table = datasets.Dataset.from_dict(columns)
     dataset = datasets.DatasetDict({"train": table.select(train_idx), "eval": table.select(eval_idx)})
     counts = count_trainable_tokens(dataset["train"], target.vocab_size)  # t2d is bool[V] of the target
-    vocab = None
+    vocab, held_out = None, None
     if config.draft_vocab_size:
         from draftsmith.data.vocab import build_draft_vocab
 
-        size = min(config.draft_vocab_size, int((counts > 0).sum()))  # never asks for a token the data lacks
-        vocab = build_draft_vocab(counts, size, key="prepare.draft_vocab_size (--draft-vocab-size)")
+        held_out = _held_out_coverage(config, target, counts, dataset["eval"], chat_template)
+        vocab = build_draft_vocab(counts, held_out["size"], key="prepare.draft_vocab_size (--draft-vocab-size)")
     report = {
         "target": target.fingerprint(),
         "chat_template_sha256": None if all(is_completion(r) for _, _, r in rows) else template_sha256(target, chat_template),
@@ -236,13 +262,40 @@ def prepare(config: PrepareConfig, target=None) -> dict:
         "last_turn_only": config.last_turn_only,
         "draft_vocab_size": vocab.size if vocab is not None else None,
         "draft_vocab_size_requested": config.draft_vocab_size or None,
-        "draft_vocab_coverage": vocab.coverage if vocab is not None else None,
+        # the held-out share (the target's answers to prompts of every category); the training split's own share
+        # reads 1.0 on a small split, so it is kept only under its own name
+        "draft_vocab_coverage": held_out["coverage"] if held_out else None,
+        "draft_vocab_train_coverage": vocab.coverage if vocab is not None else None,
+        "draft_vocab": held_out,
         "diversity": corpus_diversity(columns, config.seed),
         "seconds": round(time.monotonic() - began, 1),  # this call's wall time, the target's loading included
         "rejected": rejections.items,
     }
     _publish(out, dataset, counts, vocab, report, target.fingerprint())
     return report
+
+
+def _held_out_coverage(config: PrepareConfig, target, counts: torch.Tensor, eval_split, chat_template) -> dict:
+    """The draft vocabulary's size and its held-out coverage curve (data/vocab_coverage.py), with what was answered
+    and the seconds the target spent answering."""
+    import time
+
+    from draftsmith.data.vocab_coverage import eval_split_answers, held_out_report, prompt_set_answers
+
+    began = time.monotonic()
+    prompts = {}
+    if config.draft_vocab_prompts_per_category:
+        prompts = prompt_set_answers(target, config.draft_vocab_prompts, config.draft_vocab_prompts_per_category,
+                                     config.draft_vocab_answer_tokens, config.batch_size, chat_template)
+    evals = eval_split_answers(target, eval_split, config.regenerate, config.draft_vocab_answer_tokens,
+                               config.batch_size, max_rows=32) if len(eval_split) else {}
+    _, report = held_out_report(counts, prompts, evals, config.draft_vocab_size, config.draft_vocab_coverage_target)
+    return {**report, "prompt_sets": list(config.draft_vocab_prompts) if prompts else [],
+            "prompts_per_category": config.draft_vocab_prompts_per_category,
+            "eval_split": ("its regenerated answers" if config.regenerate else
+                           f"the target's greedy answers to its first {min(32, len(eval_split))} rows' prompts")
+            if len(eval_split) else None,
+            "seconds": round(time.monotonic() - began, 1)}
 
 
 def _engine(config: PrepareConfig, writer, out: Path):
