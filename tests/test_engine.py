@@ -127,6 +127,18 @@ def test_the_engines_counters_read_as_our_per_position_counts():
     assert parity(ours, engine) == {"counts_equal": True, "max_abs_difference": 0.0, "positions": 3}
 
 
+@pytest.mark.parametrize("kind", ["eagle", "mtp", "medusa", "dflash"])
+def test_the_engine_comparison_turns_off_every_confidence_cut(kind, monkeypatch, tmp_path):
+    """vLLM drafts whole chains, so every kind that cuts its chains by confidence (DFlash by default) drafts whole."""
+    from draftsmith.eval import runner
+    from draftsmith.eval.command import EvalConfig
+    from draftsmith.eval.engine import fixed_chains
+
+    monkeypatch.setattr(runner, "drafter_kind", lambda spec: kind)
+    config = EvalConfig(target="smollm2-135m-instruct", drafter=str(tmp_path), out=str(tmp_path), engine="vllm")
+    assert fixed_chains(config).confidence_cut is False
+
+
 def test_the_engine_comparison_drafts_full_chains_and_refuses_what_vllm_does_not(tmp_path):
     """Our side drafts as vLLM does (no fallback, confidence cut or adaptive lookup); trees and fallback are refused;
     the engine gets every core of this process and vLLM's preloads."""

@@ -28,8 +28,8 @@ from draftsmith.errors import DraftsmithError
 ENGINES = ("vllm",)
 METHODS = ("plain", "drafter", "ngram", "suffix")
 WORKER = Path(__file__).with_name("engine_worker.py")
-CUTTING = ("eagle", "mtp", "medusa")
-"""drafter kinds whose chains may be cut by their confidence (DSpark too, a dflash variant)"""
+CUTTING = ("eagle", "mtp", "medusa", "dflash")
+"""drafter kinds whose chains may be cut by their confidence (DFlash by its top probabilities, DSpark by its head)"""
 
 
 # --------------------------------------------------------------------------- our side: chains as vLLM drafts them
@@ -49,7 +49,7 @@ def fixed_chains(config):
     if unknown:
         raise DraftsmithError(f"--engine-methods: unknown {', '.join(sorted(unknown))}; choose from {', '.join(METHODS)}.")
     kind = drafter_kind(config.drafter)
-    cut = kind in CUTTING or (kind == "dflash" and _variant(config.drafter) == "dspark")
+    cut = kind in CUTTING
     return dataclasses.replace(config, fallback=False, adaptive_lookup=False,
                                confidence_cut=False if cut else config.confidence_cut)
 
@@ -58,13 +58,6 @@ def methods(config) -> list[str]:
     """The engine methods asked for, plain first (every identity is checked against it)."""
     asked = [m.strip() for m in config.engine_methods.split(",") if m.strip()]
     return ["plain", *[m for m in asked if m != "plain"]]
-
-
-def _variant(spec: str) -> str | None:
-    from draftsmith.export import readers
-    from draftsmith.hub import drafter_folder
-
-    return readers.expectations(drafter_folder(spec)).variant
 
 
 # --------------------------------------------------------------------------- the drafter in the layout vLLM loads
