@@ -37,8 +37,8 @@ def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("offline-families")
     write_target_and_conversations(root)
     target = load_target(str(root / "target"))
-    prepare(PrepareConfig(target=str(root / "target"), input=[str(root / "conversations.jsonl")], out=str(root / "data"),
-                          eval_fraction=0.2, max_length=96, draft_vocab_size=24), target=target)
+    prepare(PrepareConfig(target=str(root / "target"), input=[str(root / "conversations.jsonl")],
+                          out=str(root / "data"), eval_fraction=0.2, max_length=96, draft_vocab_size=24), target=target)
     return {"target": str(root / "target"), "prepared": str(root / "data"), "features": str(root / "features"),
             "target_object": target}
 
@@ -65,26 +65,12 @@ def training_step(drafter, batch: dict, target_head) -> tuple[float, torch.Tenso
     return float(loss.detach()), torch.cat(grads)
 
 
-@pytest.mark.parametrize("family", OFFLINE_FAMILIES)
-def test_one_step_offline_equals_the_step_online(family, assets):
-    target = assets["target_object"]
-    offline_config, online_config = family_config(family, assets, False), family_config(family, assets, True)
-    assert not load(TrainConfig, RECIPES / f"{family}.yaml").data.online  # the shipped recipe trains offline
-    from draftsmith.data.vocab import load_draft_vocab
-
-    kind, options = drafter_config(offline_config.drafter)
-    vocab = load_draft_vocab(offline_config.data.draft_vocab, target) if offline_config.data.draft_vocab else None
-    torch.manual_seed(0)
-    drafter = kind_module(kind).create(options, target, vocab)
-    layers = list(drafter.required_layers)
+def batches_both_ways(offline_config: TrainConfig, online_config: TrainConfig, target, layers) -> dict:
+    """The batch of samples BATCH as each mode's training data gives it (the offline run captures on first use)."""
     batches = {}
     for mode, config in (("offline", offline_config), ("online", online_config)):
         data = build_training_data(config, target, layers, num_prompts=0)
-        if mode == "offline":
-            assert isinstance(data.train, FeatureShards)
-            # one capture serves every family: the recipe's capture_layers, this drafter's layers among them
-            captured = read_manifest(Path(assets["features"]))["layers"]
-            assert captured == parse_layers(config.data.capture_layers, target) and set(layers) <= set(captured)
+        assert isinstance(data.train, FeatureShards) == (mode == "offline")
         batch = data.collate([truncate(data.train[i], config.data.max_length) for i in BATCH])
         batch = data.add_features(batch)
         batch["micro_batch"] = 0
@@ -92,16 +78,74 @@ def test_one_step_offline_equals_the_step_online(family, assets):
         batches[mode] = batch
     assert torch.equal(batches["offline"]["input_ids"], batches["online"]["input_ids"])
     assert torch.equal(batches["offline"]["loss_mask"], batches["online"]["loss_mask"])
+    return batches
+
+
+def assert_same_step(drafter, batches: dict, target_head) -> None:
+    """One training step on each batch, from the same weights: same loss and gradients (tolerances above)."""
     twin = copy.deepcopy(drafter)
     if getattr(drafter, "target", None) is not None:
         twin.target = drafter.target  # the frozen target is attached, never copied
-    offline_loss, offline_grad = training_step(drafter, batches["offline"], target.head)
-    online_loss, online_grad = training_step(twin, batches["online"], target.head)
+    offline_loss, offline_grad = training_step(drafter, batches["offline"], target_head)
+    online_loss, online_grad = training_step(twin, batches["online"], target_head)
     assert offline_loss == pytest.approx(online_loss, rel=1e-4), (offline_loss, online_loss)
     assert offline_grad.norm() > 0
     cosine = torch.nn.functional.cosine_similarity(offline_grad, online_grad, dim=0)
     assert cosine >= 0.9999, float(cosine)
     assert (offline_grad - online_grad).norm() <= 1e-3 * online_grad.norm()
+
+
+def fresh_drafter(config: TrainConfig, target, **options):
+    """The recipe's drafter (with `options` changed) for the tiny target, seeded."""
+    from draftsmith.data.vocab import load_draft_vocab
+
+    kind, parsed = drafter_config({**config.drafter, **options})
+    vocab = load_draft_vocab(config.data.draft_vocab, target) if config.data.draft_vocab else None
+    torch.manual_seed(0)
+    return kind_module(kind).create(parsed, target, vocab)
+
+
+@pytest.mark.parametrize("family", OFFLINE_FAMILIES)
+def test_one_step_offline_equals_the_step_online(family, assets):
+    target = assets["target_object"]
+    assert not load(TrainConfig, RECIPES / f"{family}.yaml").data.online  # the shipped recipe trains offline
+    offline_config, online_config = family_config(family, assets, False), family_config(family, assets, True)
+    drafter = fresh_drafter(offline_config, target)
+    layers = list(drafter.required_layers)
+    batches = batches_both_ways(offline_config, online_config, target, layers)
+    # one capture serves every family: the recipes' capture_layers, this drafter's layers among them
+    captured = read_manifest(Path(assets["features"]))["layers"]
+    assert captured == parse_layers(offline_config.data.capture_layers, target) and set(layers) <= set(captured)
+    assert_same_step(drafter, batches, target.head)
+
+
+def test_the_draft_lm_distils_from_stored_top_k_only_when_it_asks_for_top_k(assets, tmp_path):
+    """drafter.top_k=K with data.topk_logits=K: the stored top-k (offline) and the kept one (online) give the same
+    step. top_k=0 (the recipe's full distribution) ignores top-k logits a shared capture holds: its loss is the one
+    from the last layer through the target's head, as online without them."""
+    target = assets["target_object"]
+    configs = [family_config("draft-lm", assets, online) for online in (False, True)]
+    for config in configs:
+        config.data.features, config.data.topk_logits = str(tmp_path / "with-top-k"), 4
+    drafter = fresh_drafter(configs[0], target, top_k=4)
+    batches = batches_both_ways(*configs, target, list(drafter.required_layers))
+    assert batches["offline"]["target_topk"]["values"].shape[-1] == 4
+    assert_same_step(drafter, batches, target.head)
+
+    full = fresh_drafter(configs[0], target)  # top_k 0
+    without = {key: value for key, value in batches["offline"].items() if key != "target_topk"}
+    head_passes = []
+
+    def head(features):
+        head_passes.append(features.shape[0])
+        return target.head(features)
+
+    with torch.no_grad():
+        given, _ = full.loss(batches["offline"], head)
+        plain, _ = full.loss(without, target.head)
+        sparse, _ = drafter.loss(batches["offline"], head)
+    assert float(given) == float(plain) and len(head_passes) == 1  # the full distribution: one head pass
+    assert float(sparse) != float(plain) and len(head_passes) == 1  # top_k=4 read the stored logits: no head pass
 
 
 def test_a_shared_capture_without_a_drafters_layer_is_refused(assets, tmp_path):

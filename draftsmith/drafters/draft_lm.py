@@ -59,8 +59,9 @@ class Config(LossOptions):
     freeze_embeddings: bool = True
     """keep the embedding and lm_head frozen at the target's (they are most of a small draft model's weights)"""
     top_k: int = 0
-    """distil on the target's top-k logits only, renormalised (0 = the full distribution; stored top-k
-    logits of offline shards are used when the batch has them)"""
+    """distil on the target's top-k logits only, renormalised (0 = the full distribution, from the target's last
+    layer through its head); a batch's stored top-k logits (data.topk_logits >= top_k) then spare that head pass.
+    With 0, top-k logits a shared capture holds are not used: the loss is the same offline and online"""
     ce_weight: float = 0.0
     """weight of an extra cross-entropy term on the data's next tokens"""
 
@@ -109,9 +110,11 @@ class Drafter(nn.Module):
 
     def _target(self, batch, rows, target_head) -> tuple[torch.Tensor | None, torch.Tensor]:
         """(token ids or None for all, log p [M, k or V]) of the target at `rows`."""
-        if "target_topk" in batch:  # stored by `draftsmith capture --topk-logits`
-            values = batch["target_topk"]["values"][rows].float()
-            return batch["target_topk"]["indices"][rows].long(), torch.log_softmax(values, -1)
+        k = self.config.top_k
+        stored = batch.get("target_topk")
+        if k and stored is not None and stored["values"].shape[-1] >= k:  # data.topk_logits: no head pass
+            values = stored["values"][rows][:, :k].float()  # stored sorted, largest first
+            return stored["indices"][rows][:, :k].long(), torch.log_softmax(values, -1)
         logits = target_head(batch["features"][self.target_num_layers - 1][rows]).float()
         if self.config.top_k:
             values, indices = logits.topk(self.config.top_k, -1)
