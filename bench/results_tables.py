@@ -296,11 +296,14 @@ def parity(result: dict) -> list[str]:
     by side, and each side's speedup over its own plain loop."""
     sides = result.get("sides", {})
     old, new = (short_commit(sides.get(side, {})) for side in ("old", "new"))
-    lines = [f"Drafters trained {result.get('steps')} steps each by the new code, decoded by {old} (old, "
+    trained = (f"Drafters trained {result.get('steps')} steps each by the new code ({', '.join(result['families'])}), "
+               if result.get("families") else "No drafter trained; ")
+    lines = [f"{trained}decoded by {old} (old, "
              f"`--against {result.get('against')}`) and {new} (new): the first {result.get('num_prompts')} prompts of "
              f"{', '.join(result.get('prompt_sets') or [])}, {result.get('max_new_tokens')} new tokens, greedy, whole "
              f"chains, no adaptive lengths, torch's own linear layers; {result.get('equal')} of "
-             f"{result.get('compared')} methods equal in every drafted, accepted and emitted count.", ""]
+             f"{result.get('compared')} methods equal in every drafted, accepted and emitted count."
+             + (f" Not decoded: {', '.join(result['not_decoded'])}." if result.get("not_decoded") else ""), ""]
     rows = []
     for row in result.get("rows", []):
         sides_of = [row.get(side, {}) for side in ("old", "new")]
