@@ -76,6 +76,15 @@ def apply_threads(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- the tree a run started from
+def step(output: Path, command: list[str], reuse: bool = False) -> None:
+    """Run one command of a bench (a subprocess that must succeed), unless `reuse` and its `output` exists."""
+    if reuse and output.exists():
+        print(f"reusing {output}", flush=True)
+        return
+    print("$ " + " ".join(command), flush=True)
+    subprocess.run(command, check=True)
+
+
 def _git(*arguments: str, root: Path = ROOT, strip: bool = True) -> str:
     done = subprocess.run(["git", *arguments], cwd=root, capture_output=True, text=True, check=False)
     if done.returncode:

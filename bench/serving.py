@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -44,12 +43,8 @@ DRAFTSMITH = [sys.executable, "-m", "draftsmith"]
 
 
 def step(output: Path, command: list[str]) -> None:
-    """Run one command of the experiment unless --reuse and its output exists."""
-    if args.reuse and output.exists():
-        print(f"reusing {output}", flush=True)
-        return
-    print("$ " + " ".join(command), flush=True)
-    subprocess.run(command, check=True)
+    """Run one command unless --reuse and its output exists."""
+    records.step(output, command, args.reuse)
 
 
 step(out / "prompts.jsonl", [sys.executable, str(Path(__file__).with_name("serving_prompts.py")), "--code", "8",

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -62,12 +61,8 @@ DRAFTSMITH = [sys.executable, "-m", "draftsmith"]
 
 
 def step(output: Path, command: list[str]) -> None:
-    """Run one command of the bench unless --reuse and its output exists."""
-    if args.reuse and output.exists():
-        print(f"reusing {output}", flush=True)
-        return
-    print("$ " + " ".join(command), flush=True)
-    subprocess.run(command, check=True)
+    """Run one command unless --reuse and its output exists."""
+    records.step(output, command, args.reuse)
 
 
 # --------------------------------------------------------------------------- 1-2. prompts, traces, cost model

@@ -64,3 +64,23 @@ def launch(python: Path, worker: Path, arguments: list[str], log, **popen) -> su
     into `log` (an open file) unless `popen` says otherwise."""
     options = {"stdout": log, "stderr": subprocess.STDOUT, **popen}
     return subprocess.Popen([str(python), str(worker), *arguments], env=engine_environment(python), **options)
+
+
+def run_json_worker(python: Path, worker: Path, request: dict, workdir: Path, name: str) -> dict:
+    """Run `worker` on one request: `name`.request.json in, `name`.result.json out, `name`.log beside them in `workdir`.
+    Returns the result with its wall seconds and log, or {"ok": False, "error": ...} quoting the log's end when the
+    worker wrote no result."""
+    import json
+    import time
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    request_path, result_path, log = (workdir / f"{name}.{suffix}" for suffix in ("request.json", "result.json", "log"))
+    request_path.write_text(json.dumps(request) + "\n")
+    result_path.unlink(missing_ok=True)
+    began = time.perf_counter()
+    with open(log, "w") as handle:
+        returncode = launch(python, worker, [str(request_path), str(result_path)], handle).wait()
+    if not result_path.is_file():
+        tail = " ".join(log.read_text().splitlines()[-5:])[-800:]
+        return {"ok": False, "error": f"{worker.name} exited with {returncode} and no result: {tail}", "log": str(log)}
+    return {**json.loads(result_path.read_text()), "wall_s": time.perf_counter() - began, "log": str(log)}

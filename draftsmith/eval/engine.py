@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from pathlib import Path
 
-from draftsmith.engine_process import engine_environment, engine_python, launch, target_folder  # noqa: F401
+from draftsmith.engine_process import (engine_environment, engine_python, run_json_worker,  # noqa: F401
+                                       target_folder)
 from draftsmith.errors import DraftsmithError
 
 ENGINES = ("vllm",)
@@ -118,17 +118,8 @@ def tuned_target(config: dict | None) -> str | None:
 # --------------------------------------------------------------------------- running the worker
 def run_worker(python: Path, request: dict, workdir: Path, name: str) -> dict:
     """One method in the engine venv: the request file in, the result file out, its log beside them."""
-    request_path, result_path, log = (workdir / f"{name}.{suffix}" for suffix in ("request.json", "result.json", "log"))
-    request_path.write_text(json.dumps(request) + "\n")
-    result_path.unlink(missing_ok=True)
-    began = time.perf_counter()
-    with open(log, "w") as handle:
-        returncode = launch(python, WORKER, [str(request_path), str(result_path)], handle).wait()
-    if not result_path.is_file():
-        tail = " ".join(log.read_text().splitlines()[-5:])[-800:]
-        return {"ok": False, "error": f"the engine worker exited with {returncode} and no result: {tail}",
-                "refused_by": None, "log": str(log)}
-    return {**json.loads(result_path.read_text()), "wall_s": time.perf_counter() - began, "log": str(log)}
+    result = run_json_worker(python, WORKER, request, workdir, name)
+    return result if result.get("ok", True) else {"refused_by": None, **result}
 
 
 def engine_configs(config, drafter_config: dict | None) -> dict[str, dict | None]:

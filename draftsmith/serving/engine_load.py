@@ -14,13 +14,11 @@ times that of the first third. Such rates are shown but not judged: their latenc
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import numpy as np
 
-from draftsmith.engine_process import launch
+from draftsmith.engine_process import run_json_worker
 from draftsmith.errors import DraftsmithError
 from draftsmith.eval.metrics import stats
 from draftsmith.serving.simulator import poisson_arrivals
@@ -58,17 +56,7 @@ def engine_request(target: str, prompts: list[dict], schedules: dict, cap: int, 
 
 def run_engine(python: Path, request: dict, workdir: Path, name: str) -> dict:
     """One method through the load worker in the engine venv: request file in, result file out, log beside."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    request_path, result_path, log = (workdir / f"{name}.{suffix}" for suffix in ("request.json", "result.json", "log"))
-    request_path.write_text(json.dumps(request) + "\n")
-    result_path.unlink(missing_ok=True)
-    began = time.perf_counter()
-    with open(log, "w") as handle:
-        returncode = launch(python, WORKER, [str(request_path), str(result_path)], handle).wait()
-    if not result_path.is_file():
-        tail = " ".join(log.read_text().splitlines()[-5:])[-800:]
-        return {"ok": False, "error": f"the load worker exited with {returncode} and no result: {tail}", "log": str(log)}
-    return {**json.loads(result_path.read_text()), "wall_s": time.perf_counter() - began, "log": str(log)}
+    return run_json_worker(python, WORKER, request, workdir, name)
 
 
 # --------------------------------------------------------------------------- per-request figures
