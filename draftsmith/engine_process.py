@@ -66,6 +66,11 @@ def launch(python: Path, worker: Path, arguments: list[str], log, **popen) -> su
     return subprocess.Popen([str(python), str(worker), *arguments], env=engine_environment(python), **options)
 
 
+def log_tail(log: Path) -> str:
+    """The last lines of a worker's log on one line (at most 800 characters): what an error quotes of it."""
+    return " ".join(log.read_text(errors="replace").splitlines()[-5:])[-800:]
+
+
 def run_json_worker(python: Path, worker: Path, request: dict, workdir: Path, name: str) -> dict:
     """Run `worker` on one request: `name`.request.json in, `name`.result.json out, `name`.log beside them in `workdir`.
     Returns the result with its wall seconds and log, or {"ok": False, "error": ...} quoting the log's end when the
@@ -81,6 +86,6 @@ def run_json_worker(python: Path, worker: Path, request: dict, workdir: Path, na
     with open(log, "w") as handle:
         returncode = launch(python, worker, [str(request_path), str(result_path)], handle).wait()
     if not result_path.is_file():
-        tail = " ".join(log.read_text().splitlines()[-5:])[-800:]
-        return {"ok": False, "error": f"{worker.name} exited with {returncode} and no result: {tail}", "log": str(log)}
+        return {"ok": False, "error": f"{worker.name} exited with {returncode} and no result: {log_tail(log)}",
+                "log": str(log)}
     return {**json.loads(result_path.read_text()), "wall_s": time.perf_counter() - began, "log": str(log)}

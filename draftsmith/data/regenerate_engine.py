@@ -14,7 +14,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from draftsmith.engine_process import engine_python, launch, target_folder
+from draftsmith.engine_process import engine_python, launch, log_tail, target_folder
 from draftsmith.errors import DraftsmithError
 
 ENGINES = ("vllm",)
@@ -74,7 +74,7 @@ class EngineWriter:
         line = self.process.stdout.readline()
         reply = json.loads(line) if line.strip() else None
         if reply is None or "error" in reply:
-            why = reply["error"] if reply else f"the engine exited with {self._exit_code()}: {self._log_tail()}"
+            why = reply["error"] if reply else f"the engine exited with {self._exit_code()}: {log_tail(self.log)}"
             raise DraftsmithError(f"vLLM failed {doing} for regeneration: {why} (log: {self.log})")
         return reply
 
@@ -83,9 +83,6 @@ class EngineWriter:
             return self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             return None
-
-    def _log_tail(self) -> str:
-        return " ".join(self.log.read_text(errors="replace").splitlines()[-5:])[-800:]
 
     def close(self) -> None:
         """Stop the engine: its stdin closes and it exits (killed if it does not within a minute)."""
