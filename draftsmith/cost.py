@@ -66,6 +66,15 @@ def measure(target, longest: int, context_tokens: int = 256) -> dict[int, float]
     return verify_cost_curve(target, range(1, longest + 2), context)
 
 
+def measure_sizes(target, sizes, context_tokens: int = 256) -> dict[int, float]:
+    """t(n) for each of `sizes` on `target` after a random context of at least `context_tokens` tokens and twice the
+    largest size: the verify-cost curve of drafts of any shape (trees, hybrids' merged drafts)."""
+    sizes = sorted(set(sizes))
+    context = torch.randint(0, target.vocab_size, (1, max(context_tokens, 2 * sizes[-1])),
+                            generator=torch.Generator().manual_seed(0))
+    return verify_cost_curve(target, sizes, context)
+
+
 class StoppingRule:
     """Cut a chain draft where it stops paying for its verify cost, deciding each position before it is drafted.
 

@@ -35,9 +35,7 @@ from __future__ import annotations
 
 import time
 
-import torch
-
-from draftsmith.cost import best_length, verify_cost_curve
+from draftsmith.cost import best_length, measure_sizes
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
 from draftsmith.drafters.base import LearnsFromDrafts, ProbeBackoff
 from draftsmith.drafters.hybrid import pass_cost
@@ -100,9 +98,7 @@ class RunningAcceptance(LearnsFromDrafts, Proposer):
         sizes = set(range(1, (longest or self.longest_draft) + 2))
         if self.tree is not None:
             sizes |= {tree_nodes(depth, *self.tree[1:]) + 1 for depth in range(1, self.tree[0] + 1)}
-        context = torch.randint(0, target.vocab_size, (1, max(context_tokens, 2 * max(sizes))),
-                                generator=torch.Generator().manual_seed(0))
-        self.verify_cost = verify_cost_curve(target, sizes, context)
+        self.verify_cost = measure_sizes(target, sizes, context_tokens)
         return self.verify_cost
 
     def propose(self, state: DecodeState, shape: DraftShape, sampling: Sampling) -> Draft:

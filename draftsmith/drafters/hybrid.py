@@ -54,9 +54,7 @@ import time
 from collections import Counter, deque
 from statistics import fmean, median
 
-import torch
-
-from draftsmith.cost import verify_cost_curve
+from draftsmith.cost import measure_sizes
 from draftsmith.drafters import DecodeState, Draft, DraftShape, Proposer, Sampling
 from draftsmith.drafters.base import LearnsFromDrafts, ProbeBackoff
 from draftsmith.drafters.suffix import Candidates, SuffixProposer
@@ -181,9 +179,7 @@ class HybridProposer(LearnsFromDrafts, Proposer):
         longest = longest or self.longest_draft
         top = longest + (self.drafter_length or longest) + 1
         sizes = [*range(1, min(top, max(longest + 1, MAX_ROWS + 1)) + 1), top]
-        context = torch.randint(0, target.vocab_size, (1, max(256, 2 * sizes[-1])),
-                                generator=torch.Generator().manual_seed(0))
-        curve = verify_cost_curve(target, sizes, context)
+        curve = measure_sizes(target, sizes)
         self.verify_cost = self.suffix.verify_cost = curve
         return self.verify_cost
 
